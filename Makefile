@@ -1,0 +1,28 @@
+# `make test` installs everything the tests need on a fresh Debian machine and runs them.
+# `make simulate` runs the simulator on its built-in trace and prints the comparison.
+PYTHON ?= python3
+export OPENBLAS_NUM_THREADS ?= 1
+
+.PHONY: test install install-system install-python lint simulate
+
+test: install lint
+	$(PYTHON) -m pytest -q
+
+install: install-system install-python
+
+install-system:
+	@if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; \
+	fi
+
+install-python:
+	$(PYTHON) -m pip install -q --disable-pip-version-check -e '.[dev]'
+
+lint:
+	$(PYTHON) -m ruff check .
+	$(PYTHON) -m ruff format --check .
+	$(PYTHON) -m mypy autoscaler forecasting
+	lint-imports
+
+simulate:
+	gang-autoscaler simulate

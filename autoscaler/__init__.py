@@ -1,0 +1,1 @@
+"""gang-autoscaler: whole-gang autoscaling for LeaderWorkerSet inference deployments."""

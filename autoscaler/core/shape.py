@@ -1,0 +1,186 @@
+"""Gang shape: what one LWS replica needs from the cluster, pod by pod.
+
+Resources are integers in base units so that packing arithmetic is exact: CPU in
+millicores, memory and storage in bytes, extended resources (``nvidia.com/gpu``) in units.
+
+Must not import: asyncio, aiohttp, kubernetes_asyncio, prometheus_api_client, statsmodels.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+Resources = Mapping[str, int]
+
+EXCLUSIVE_TOPOLOGY_ANNOTATION = "leaderworkerset.sigs.k8s.io/exclusive-topology"
+
+_SUFFIXES: dict[str, Decimal] = {
+    "": Decimal(1),
+    "n": Decimal("1e-9"),
+    "u": Decimal("1e-6"),
+    "m": Decimal("1e-3"),
+    "k": Decimal(10) ** 3,
+    "M": Decimal(10) ** 6,
+    "G": Decimal(10) ** 9,
+    "T": Decimal(10) ** 12,
+    "P": Decimal(10) ** 15,
+    "E": Decimal(10) ** 18,
+    "Ki": Decimal(2) ** 10,
+    "Mi": Decimal(2) ** 20,
+    "Gi": Decimal(2) ** 30,
+    "Ti": Decimal(2) ** 40,
+    "Pi": Decimal(2) ** 50,
+    "Ei": Decimal(2) ** 60,
+}
+_QUANTITY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$")
+
+
+class QuantityError(ValueError):
+    """A Kubernetes resource quantity that cannot be parsed."""
+
+
+def parse_quantity(resource: str, text: str | int | float) -> int:
+    """Parse a Kubernetes quantity into the base unit used for `resource`.
+
+    CPU becomes millicores (rounded up, as the scheduler does); everything else becomes
+    whole base units (rounded up).
+    """
+    raw = str(text).strip()
+    match = _QUANTITY.match(raw)
+    if not match:
+        raise QuantityError(f"{resource}: {raw!r} is not a Kubernetes quantity")
+    try:
+        number = Decimal(match.group(1)) * _SUFFIXES[match.group(2) or ""]
+    except InvalidOperation as err:
+        raise QuantityError(f"{resource}: {raw!r} is not a Kubernetes quantity") from err
+    if number < 0:
+        raise QuantityError(f"{resource}: {raw!r} is negative")
+    if resource == "cpu":
+        number *= 1000
+    return int(number.to_integral_value(rounding="ROUND_CEILING"))
+
+
+def add_resources(a: Resources, b: Resources) -> dict[str, int]:
+    out = dict(a)
+    for name, amount in b.items():
+        out[name] = out.get(name, 0) + amount
+    return out
+
+
+def subtract_resources(a: Resources, b: Resources) -> dict[str, int]:
+    out = dict(a)
+    for name, amount in b.items():
+        out[name] = out.get(name, 0) - amount
+    return out
+
+
+def fits(request: Resources, free: Resources) -> bool:
+    """True when every requested resource is available (a resource absent from `free` is 0)."""
+    return all(amount <= 0 or free.get(name, 0) >= amount for name, amount in request.items())
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    key: str | None = None
+    operator: str = "Equal"  # Equal | Exists
+    value: str | None = None
+    effect: str | None = None  # None matches every effect
+
+    def tolerates(self, key: str, value: str, effect: str) -> bool:
+        if self.effect and self.effect != effect:
+            return False
+        if self.operator == "Exists":
+            return self.key is None or self.key == key
+        return self.key == key and (self.value or "") == value
+
+
+@dataclass(frozen=True, slots=True)
+class PodShape:
+    """One member pod of a gang: its requests, limits and placement constraints."""
+
+    requests: Resources
+    limits: Resources = field(default_factory=dict)
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    tolerations: tuple[Toleration, ...] = ()
+    # Required node affinity, kept as the raw Kubernetes object so balloon pods can copy it.
+    affinity: Mapping[str, Any] | None = None
+    # Raw tolerations, for balloon pods to copy verbatim.
+    raw_tolerations: tuple[Mapping[str, Any], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class GangShape:
+    """A leader plus `pods_per_gang - 1` identical workers."""
+
+    leader: PodShape
+    worker: PodShape
+    pods_per_gang: int
+    topology_key: str | None = None  # every pod of one gang in one domain of this label
+
+    @property
+    def pods(self) -> tuple[PodShape, ...]:
+        return (self.leader,) + (self.worker,) * (self.pods_per_gang - 1)
+
+    def total(self, resource: str) -> int:
+        return sum(p.requests.get(resource, 0) for p in self.pods)
+
+
+def _container_resources(pod_spec: Mapping[str, Any], kind: str) -> dict[str, int]:
+    """Effective pod requests or limits: sum of containers, at least the largest init container."""
+    total: dict[str, int] = {}
+    for container in pod_spec.get("containers") or []:
+        res = (container.get("resources") or {}).get(kind) or {}
+        total = add_resources(total, {k: parse_quantity(k, v) for k, v in res.items()})
+    for container in pod_spec.get("initContainers") or []:
+        res = (container.get("resources") or {}).get(kind) or {}
+        for k, v in res.items():
+            total[k] = max(total.get(k, 0), parse_quantity(k, v))
+    for k, v in (pod_spec.get("overhead") or {}).items():
+        total[k] = total.get(k, 0) + parse_quantity(k, v)
+    return total
+
+
+def pod_shape_from_spec(pod_spec: Mapping[str, Any]) -> PodShape:
+    limits = _container_resources(pod_spec, "limits")
+    requests = _container_resources(pod_spec, "requests")
+    # Kubernetes defaults a missing request to its limit (always so for extended resources).
+    for name, amount in limits.items():
+        requests.setdefault(name, amount)
+    raw_tolerations = tuple(pod_spec.get("tolerations") or ())
+    affinity = pod_spec.get("affinity")
+    return PodShape(
+        requests=requests,
+        limits=limits,
+        node_selector=dict(pod_spec.get("nodeSelector") or {}),
+        tolerations=tuple(
+            Toleration(
+                key=t.get("key"),
+                operator=t.get("operator", "Equal"),
+                value=t.get("value"),
+                effect=t.get("effect") or None,
+            )
+            for t in raw_tolerations
+        ),
+        affinity=dict(affinity) if affinity else None,
+        raw_tolerations=raw_tolerations,
+    )
+
+
+def gang_shape_from_lws(lws: Mapping[str, Any]) -> GangShape:
+    """Compute one gang's shape from a LeaderWorkerSet object (as a plain dict)."""
+    spec = lws.get("spec") or {}
+    template = spec.get("leaderWorkerTemplate") or {}
+    size = int(template.get("size", 1))
+    worker_tpl = template.get("workerTemplate") or {}
+    leader_tpl = template.get("leaderTemplate") or worker_tpl  # LWS: leader defaults to worker
+    annotations = (lws.get("metadata") or {}).get("annotations") or {}
+    return GangShape(
+        leader=pod_shape_from_spec(leader_tpl.get("spec") or {}),
+        worker=pod_shape_from_spec(worker_tpl.get("spec") or {}),
+        pods_per_gang=max(size, 1),
+        topology_key=annotations.get(EXCLUSIVE_TOPOLOGY_ANNOTATION) or None,
+    )
