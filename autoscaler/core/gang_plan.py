@@ -1,0 +1,112 @@
+"""What the decision core returns: a plan per component, every number with its reason, and
+the memory to hand back on the next tick.
+
+Must not import: asyncio, aiohttp, kubernetes_asyncio, prometheus_api_client, statsmodels.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from autoscaler.core.model import ComponentKey
+
+
+class Reason(enum.StrEnum):
+    """Why a number in the plan is what it is. The same value is used as the log field,
+    the Event reason suffix, the metric label and the `/decisions` entry."""
+
+    # reactive proposal
+    SCALE_UP_WAITING = "scale_up_waiting"
+    SCALE_UP_KV_CACHE = "scale_up_kv_cache"
+    SCALE_DOWN_WAITING = "scale_down_waiting"
+    SCALE_DOWN_KV_CACHE = "scale_down_kv_cache"
+    WITHIN_TOLERANCE = "within_tolerance"
+    # holds
+    HOLD_MISSING_DATA = "hold_missing_data"
+    HOLD_POLICY_ERROR = "hold_policy_error"
+    HOLD_GANGS_STARTING = "hold_gangs_starting"
+    # forecast
+    FORECAST_FLOOR = "forecast_floor"
+    # stabilization and limits
+    SCALE_DOWN_STABILIZED = "scale_down_stabilized"
+    SCALE_UP_RATE_LIMITED = "scale_up_rate_limited"
+    # bounds
+    MIN_REPLICAS = "min_replicas"
+    MAX_REPLICAS = "max_replicas"
+    # deployment coupling
+    DEPLOYMENT_MINIMUM = "deployment_minimum"
+    DEPLOYMENT_AT_ZERO = "deployment_at_zero"
+    RATIO_BAND = "ratio_band"
+    # fit
+    CAPACITY_SHORT = "capacity_short"
+    # partial gangs
+    PARTIAL_GANG_ROLLED_BACK = "partial_gang_rolled_back"
+    # buffer
+    BUFFER_FORECAST = "buffer_forecast"
+    BUFFER_MIN = "buffer_min"
+    BUFFER_MAX = "buffer_max"
+    BUFFER_NO_FORECAST = "buffer_no_forecast"
+    # nothing changed
+    STEADY = "steady"
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One stage of the pipeline: the value after it and why."""
+
+    stage: str
+    gangs: int | None
+    reason: Reason
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ComponentPlan:
+    key: ComponentKey
+    current_gangs: int
+    desired_gangs: int
+    reason: Reason  # the stage that decided desired_gangs
+    balloon_gangs: int
+    balloon_reason: Reason
+    hold: bool = False  # True: do not change replicas this tick (missing data, bad policy)
+    steps: tuple[Step, ...] = ()
+    # group indexes of partial gangs past their timeout that this plan scales away
+    rolled_back_groups: tuple[int, ...] = ()
+    # partial gangs past their timeout that stay (below the desired count): reported only
+    stuck_groups: tuple[int, ...] = ()
+    capacity_per_gang: float | None = None
+    detail: str = ""
+
+    @property
+    def changes_replicas(self) -> bool:
+        return not self.hold and self.desired_gangs != self.current_gangs
+
+
+@dataclass(frozen=True, slots=True)
+class GangPlan:
+    components: Mapping[ComponentKey, ComponentPlan]
+
+
+@dataclass(frozen=True, slots=True)
+class ComponentMemory:
+    """What one component's decisions remember between ticks."""
+
+    # (time_s, proposal) of recent reactive/forecast proposals, for the scale-down window
+    proposals: tuple[tuple[float, int], ...] = ()
+    # (time_s, gangs_added) of recent scale-ups, for the per-period rate limit
+    scale_ups: tuple[tuple[float, int], ...] = ()
+    # demand one ready gang served while saturated (exponentially weighted), learned
+    learned_capacity_per_gang: float | None = None
+    # desired gangs and the need behind it at the last scale-up, so starting gangs are not
+    # stacked on unless the need grew
+    last_scale_up_need: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Memory:
+    components: Mapping[ComponentKey, ComponentMemory] = field(default_factory=dict)
+
+    def of(self, key: ComponentKey) -> ComponentMemory:
+        return self.components.get(key, ComponentMemory())

@@ -1,0 +1,329 @@
+"""Per-component scaling policy, parsed from `gang-autoscaler.io/*` annotations on an LWS.
+
+The annotation table of DESIGN section 5 is a contract: the keys, their defaults and their
+meaning live here and only here. Parsing never raises anything but `PolicyError`, which
+carries one `PolicyProblem` per bad annotation, so a caller can hold the component and
+report each problem precisely.
+
+Must not import: asyncio, aiohttp, kubernetes_asyncio, prometheus_api_client, statsmodels.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+
+from autoscaler.core.model import Component, ComponentKey, DeploymentKey
+
+PREFIX = "gang-autoscaler.io/"
+ENABLED_ANNOTATION = PREFIX + "enabled"
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+_DURATION_UNIT_S = {
+    "ns": 1e-9,
+    "us": 1e-6,
+    "µs": 1e-6,
+    "ms": 1e-3,
+    "s": 1.0,
+    "m": 60.0,
+    "h": 3600.0,
+}
+
+
+def parse_duration(text: str | float | int) -> float:
+    """Parse a Go-style duration (`90s`, `5m`, `1h30m`, `500ms`, `0`) into seconds.
+
+    Plain numbers are refused (except 0, as in Go) because `5` could mean seconds or
+    minutes, and a policy that guesses wrongly scales at the wrong time.
+    """
+    if isinstance(text, int | float) and not isinstance(text, bool):
+        if text == 0:
+            return 0.0
+        raise ValueError(f"{text!r} has no unit; write it like 90s, 5m or 1h")
+    raw = str(text).strip()
+    if raw in ("0", "+0"):
+        return 0.0
+    if not raw:
+        raise ValueError("empty duration")
+    pos = 0
+    total = 0.0
+    for match in _DURATION_PART.finditer(raw):
+        if match.start() != pos:
+            break
+        total += float(match.group(1)) * _DURATION_UNIT_S[match.group(2)]
+        pos = match.end()
+    if pos != len(raw):
+        raise ValueError(f"{raw!r} is not a duration; write it like 90s, 5m or 1h30m")
+    return total
+
+
+def _duration(value: Any) -> float:
+    return parse_duration(value)
+
+
+Duration = Annotated[float, BeforeValidator(_duration), Field(ge=0)]
+
+
+@dataclass(frozen=True, slots=True)
+class RatioBand:
+    """Allowed band of prefill gangs per decode gang, e.g. `1:2-1:4` is [0.25, 0.5]."""
+
+    low: float
+    high: float
+
+    def contains(self, prefill_gangs: int, decode_gangs: int) -> bool:
+        if decode_gangs == 0:
+            return prefill_gangs == 0
+        ratio = prefill_gangs / decode_gangs
+        return self.low - 1e-9 <= ratio <= self.high + 1e-9
+
+    def __str__(self) -> str:
+        return f"{self.low:g}-{self.high:g} prefill per decode gang"
+
+
+_RATIO = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*:\s*(\d+(?:\.\d+)?)\s*$")
+
+
+def parse_ratio_band(text: Any) -> RatioBand:
+    """Parse `P:D` (exact) or `P1:D1-P2:D2` (a band) into prefill-per-decode fractions."""
+    if isinstance(text, RatioBand):
+        return text
+    parts = str(text).split("-")
+    if len(parts) not in (1, 2):
+        raise ValueError(f"{text!r} is not a ratio; write it like 1:2 or 1:2-1:4")
+    fractions = []
+    for part in parts:
+        match = _RATIO.match(part)
+        if not match:
+            raise ValueError(f"{text!r} is not a ratio; write it like 1:2 or 1:2-1:4")
+        prefill, decode = float(match.group(1)), float(match.group(2))
+        if prefill <= 0 or decode <= 0:
+            raise ValueError(f"{text!r}: both sides of a ratio must be positive")
+        fractions.append(prefill / decode)
+    return RatioBand(low=min(fractions), high=max(fractions))
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, str) and value.strip().lower() in ("nan", "inf", "+inf", "-inf"):
+        raise ValueError("must be a finite number")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError("must be a finite number")
+    return value
+
+
+FiniteFloat = Annotated[float, BeforeValidator(_finite)]
+
+
+class Policy(BaseModel):
+    """The scaling policy of one component. Field aliases are the annotation keys."""
+
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", populate_by_name=True, arbitrary_types_allowed=True
+    )
+
+    enabled: bool = Field(False, alias="enabled", description='"true" opts the LWS in')
+    deployment: str | None = Field(
+        None,
+        alias="deployment",
+        min_length=1,
+        description="components with the same value in one namespace form one deployment; "
+        "defaults to the LWS name",
+    )
+    component: Component = Field(Component.UNIFIED, alias="component")
+    min_replicas: int = Field(
+        1, alias="min-replicas", ge=0, le=1_000_000, description="minimum gangs"
+    )
+    max_replicas: int = Field(
+        10, alias="max-replicas", ge=1, le=1_000_000, description="maximum gangs"
+    )
+    target_waiting: FiniteFloat = Field(
+        4.0, alias="target-waiting", gt=0, description="target waiting requests per ready gang"
+    )
+    target_kv_cache: FiniteFloat = Field(
+        0.8, alias="target-kv-cache", gt=0, le=1, description="target KV-cache usage fraction"
+    )
+    capacity_per_replica: FiniteFloat | None = Field(
+        None,
+        alias="capacity-per-replica",
+        gt=0,
+        description="demand one gang serves at target, in the demand signal's unit; "
+        "learned from saturated throughput when unset",
+    )
+    forecast: bool = Field(True, alias="forecast", description="on or off")
+    lead_time_s: Duration = Field(300.0, alias="lead-time")
+    min_buffer: int = Field(0, alias="min-buffer", ge=0, le=1000)
+    max_buffer: int = Field(2, alias="max-buffer", ge=0, le=1000)
+    scale_down_window_s: Duration = Field(300.0, alias="scale-down-window")
+    max_scale_up: int = Field(2, alias="max-scale-up", ge=1, le=1_000_000)
+    gang_timeout_s: Duration = Field(600.0, alias="gang-timeout", gt=0)
+    prefill_decode_ratio: Annotated[RatioBand | None, BeforeValidator(parse_ratio_band)] = Field(
+        None, alias="prefill-decode-ratio"
+    )
+    dry_run: bool = Field(False, alias="dry-run")
+
+    def deployment_name(self, lws_name: str) -> str:
+        return self.deployment or lws_name
+
+
+ANNOTATIONS: tuple[str, ...] = tuple(
+    PREFIX + (info.alias or name) for name, info in Policy.model_fields.items()
+)
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyProblem:
+    """One bad annotation: which key, what value, and why."""
+
+    annotation: str
+    value: str | None
+    message: str
+
+    def __str__(self) -> str:
+        shown = "" if self.value is None else f" (got {self.value!r})"
+        return f"{self.annotation}: {self.message}{shown}"
+
+
+class PolicyError(ValueError):
+    """The annotations of one LWS (or one deployment) do not form a valid policy."""
+
+    def __init__(self, problems: Iterable[PolicyProblem]) -> None:
+        self.problems = tuple(problems)
+        super().__init__("; ".join(str(p) for p in self.problems))
+
+
+def is_enabled(annotations: Mapping[str, str] | None) -> bool:
+    return str((annotations or {}).get(ENABLED_ANNOTATION, "")).strip().lower() == "true"
+
+
+def _pydantic_message(error: Mapping[str, Any]) -> str:
+    if error["type"] == "extra_forbidden":
+        return "unknown annotation under " + PREFIX
+    message = str(error["msg"])
+    return message.removeprefix("Value error, ")
+
+
+def parse_policy(annotations: Mapping[str, str] | None, *, lws_name: str) -> Policy:
+    """Build the Policy of one LWS from its annotations, or raise PolicyError."""
+    raw = {
+        key.removeprefix(PREFIX): value
+        for key, value in (annotations or {}).items()
+        if key.startswith(PREFIX)
+    }
+    problems: list[PolicyProblem] = []
+    for key, value in raw.items():
+        if not isinstance(value, str):
+            problems.append(
+                PolicyProblem(PREFIX + key, repr(value), "annotation values must be strings")
+            )
+    if problems:
+        raise PolicyError(problems)
+    try:
+        policy = Policy.model_validate(raw)
+    except ValidationError as err:
+        for error in err.errors():
+            alias = str(error["loc"][0]) if error["loc"] else ""
+            problems.append(PolicyProblem(PREFIX + alias, raw.get(alias), _pydantic_message(error)))
+        raise PolicyError(problems) from err
+
+    if policy.min_replicas > policy.max_replicas:
+        problems.append(
+            PolicyProblem(
+                PREFIX + "min-replicas",
+                raw.get("min-replicas", str(policy.min_replicas)),
+                f"is greater than max-replicas ({policy.max_replicas})",
+            )
+        )
+    if policy.min_buffer > policy.max_buffer:
+        problems.append(
+            PolicyProblem(
+                PREFIX + "min-buffer",
+                raw.get("min-buffer", str(policy.min_buffer)),
+                f"is greater than max-buffer ({policy.max_buffer})",
+            )
+        )
+    if policy.prefill_decode_ratio is not None and policy.component is Component.UNIFIED:
+        problems.append(
+            PolicyProblem(
+                PREFIX + "prefill-decode-ratio",
+                raw.get("prefill-decode-ratio"),
+                "a ratio needs a prefill/decode deployment; this component is unified",
+            )
+        )
+    if problems:
+        raise PolicyError(problems)
+    return policy
+
+
+def deployment_key(key: ComponentKey, policy: Policy) -> DeploymentKey:
+    return DeploymentKey(key.namespace, policy.deployment_name(key.lws))
+
+
+def validate_deployment(
+    policies: Mapping[ComponentKey, Policy],
+) -> dict[ComponentKey, tuple[PolicyProblem, ...]]:
+    """Cross-component checks for the components of ONE deployment.
+
+    Returns the problems per component (empty dict when the deployment is consistent).
+    A deployment is either one unified component, or one prefill and one decode component
+    that agree on the ratio band.
+    """
+    problems: dict[ComponentKey, list[PolicyProblem]] = {}
+
+    def add(key: ComponentKey, annotation: str, value: str | None, message: str) -> None:
+        problems.setdefault(key, []).append(PolicyProblem(PREFIX + annotation, value, message))
+
+    by_component: dict[Component, list[ComponentKey]] = {}
+    for key, policy in sorted(policies.items()):
+        by_component.setdefault(policy.component, []).append(key)
+
+    for component, keys in by_component.items():
+        if len(keys) > 1:
+            names = ", ".join(k.lws for k in keys)
+            for key in keys:
+                add(key, "component", component.value, f"{len(keys)} LWS claim it: {names}")
+    unified = by_component.get(Component.UNIFIED, [])
+    pd = by_component.get(Component.PREFILL, []) + by_component.get(Component.DECODE, [])
+    if unified and pd:
+        for key in unified + pd:
+            add(
+                key,
+                "component",
+                policies[key].component.value,
+                "a deployment is either unified or prefill+decode, not both",
+            )
+    elif pd and not (by_component.get(Component.PREFILL) and by_component.get(Component.DECODE)):
+        missing = "decode" if by_component.get(Component.PREFILL) else "prefill"
+        for key in pd:
+            add(
+                key,
+                "deployment",
+                policies[key].deployment,
+                f"no {missing} component found for this deployment",
+            )
+
+    ratios = {policies[k].prefill_decode_ratio for k in pd}
+    if len(ratios) > 1:
+        shown = sorted(str(r) for r in ratios)
+        for key in pd:
+            value = policies[key].prefill_decode_ratio
+            add(
+                key,
+                "prefill-decode-ratio",
+                None if value is None else str(value),
+                f"components of one deployment disagree: {shown}",
+            )
+    scale_to_zero = {policies[k].min_replicas == 0 for k in pd}
+    if len(scale_to_zero) > 1:
+        for key in pd:
+            add(
+                key,
+                "min-replicas",
+                str(policies[key].min_replicas),
+                "scale to zero (min-replicas 0) must be set on every component or none",
+            )
+    return {key: tuple(found) for key, found in problems.items()}
