@@ -1,0 +1,275 @@
+"""The service's own Prometheus metrics (`/metrics`), named and labelled for the dashboards.
+
+One `ServiceMetrics` per service instance, each on its own `CollectorRegistry`, so two
+instances in one process (tests, the leader-election test) never share or clash. The names
+below are a contract with `dashboards/` and `docs/operators.md`; `tests/dashboards` fails
+when a dashboard uses a `gang_autoscaler_*` name that is not defined here.
+
+Per-component gauges are labelled `namespace`, `deployment`, `component` (the names of the
+Kubernetes objects, never annotation text), which is why a ServiceMonitor scraping them needs
+`honorLabels: true`: otherwise Prometheus renames `namespace` to `exported_namespace`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+PREFIX = "gang_autoscaler_"
+
+COMPONENT_LABELS: tuple[str, ...] = ("namespace", "deployment", "component")
+
+# Ticks normally take milliseconds to a second; the top buckets show a tick running into
+# its deadline (a slow Prometheus or API server).
+TICK_BUCKETS_S: tuple[float, ...] = (
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    15.0,
+    30.0,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ComponentLabels:
+    """The identity of one component on every per-component series."""
+
+    namespace: str
+    deployment: str
+    component: str
+    lws: str
+
+    def values(self) -> tuple[str, str, str]:
+        return (self.namespace, self.deployment, self.component)
+
+
+class ServiceMetrics:
+    """Every metric the service exports, on a registry of its own.
+
+    Gauges of a component are set by `observe_component` each tick. A value that is None
+    (no data this tick) removes that series instead of reporting 0: a 0 on a dashboard reads
+    as "no load" and would hide the gap. `forget_component` drops every series of a component
+    that is gone, and the service calls it for all components when it stops being the leader,
+    so that only the leader reports per-component state.
+    """
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+
+        self.component_info = Gauge(
+            PREFIX + "component_info",
+            "Always 1: maps a component to its LeaderWorkerSet, for joining vLLM pod metrics "
+            "(pods are named <lws>-<group>) to deployments and components.",
+            [*COMPONENT_LABELS, "lws"],
+            registry=r,
+        )
+        self.current_gangs = Gauge(
+            PREFIX + "current_gangs",
+            "Gangs the LeaderWorkerSet asks for now (spec.replicas).",
+            COMPONENT_LABELS,
+            registry=r,
+        )
+        self.desired_gangs = Gauge(
+            PREFIX + "desired_gangs",
+            "Gangs the last plan wants for the component.",
+            COMPONENT_LABELS,
+            registry=r,
+        )
+        self.ready_gangs = Gauge(
+            PREFIX + "ready_gangs",
+            "Gangs whose every pod is Ready.",
+            COMPONENT_LABELS,
+            registry=r,
+        )
+        self.partial_gangs = Gauge(
+            PREFIX + "partial_gangs",
+            "Gangs with some pods placed and some Pending (they hold GPUs and serve nothing).",
+            COMPONENT_LABELS,
+            registry=r,
+        )
+        self.balloon_gangs = Gauge(
+            PREFIX + "balloon_gangs",
+            "Balloon gangs that exist for the component (all members present).",
+            COMPONENT_LABELS,
+            registry=r,
+        )
+        self.desired_balloon_gangs = Gauge(
+            PREFIX + "desired_balloon_gangs",
+            "Balloon gangs the last plan wants for the component.",
+            COMPONENT_LABELS,
+            registry=r,
+        )
+        self.demand = Gauge(
+            PREFIX + "demand",
+            "Estimated demand arriving now, in the demand signal's unit (tokens/s by default).",
+            COMPONENT_LABELS,
+            registry=r,
+        )
+        self.capacity_per_gang = Gauge(
+            PREFIX + "capacity_per_gang",
+            "Demand one gang serves at target, from the policy or learned; same unit as demand.",
+            COMPONENT_LABELS,
+            registry=r,
+        )
+        self.forecast_demand = Gauge(
+            PREFIX + "forecast_demand",
+            "Forecast point of demand one lead time ahead; same unit as demand.",
+            COMPONENT_LABELS,
+            registry=r,
+        )
+        self.forecast_demand_upper = Gauge(
+            PREFIX + "forecast_demand_upper",
+            "Upper prediction bound of demand one lead time ahead; sizes the balloon buffer.",
+            COMPONENT_LABELS,
+            registry=r,
+        )
+        self.decisions = Counter(
+            PREFIX + "decisions",
+            "Plans made per component, by the reason for the final number of gangs.",
+            [*COMPONENT_LABELS, "reason"],
+            registry=r,
+        )
+        self.scale_writes = Counter(
+            PREFIX + "scale_writes",
+            "Writes to a LeaderWorkerSet's /scale subresource, by direction (up, down).",
+            [*COMPONENT_LABELS, "direction"],
+            registry=r,
+        )
+        self.errors = Counter(
+            PREFIX + "errors",
+            "Errors by kind (prometheus, kubernetes, forecast, plan, tick_deadline, ...); "
+            "the component concerned holds.",
+            ["kind"],
+            registry=r,
+        )
+        self.policy_errors = Counter(
+            PREFIX + "policy_errors",
+            "Bad policy annotations found, by LeaderWorkerSet and annotation key.",
+            ["namespace", "lws", "annotation"],
+            registry=r,
+        )
+        self.tick_duration = Histogram(
+            PREFIX + "tick_duration_seconds",
+            "Wall time of one control-loop tick.",
+            buckets=TICK_BUCKETS_S,
+            registry=r,
+        )
+        self.last_tick = Gauge(
+            PREFIX + "last_tick_timestamp_seconds",
+            "Unix time at which the last tick finished.",
+            registry=r,
+        )
+        self.leader = Gauge(
+            PREFIX + "leader",
+            "1 while this instance holds the leader Lease and writes, 0 on a standby.",
+            registry=r,
+        )
+        self.prometheus_queries = Gauge(
+            PREFIX + "prometheus_queries_per_tick",
+            "Prometheus queries the last tick sent; must not grow with the number of deployments.",
+            registry=r,
+        )
+
+    # -- per component --------------------------------------------------------------------
+
+    def observe_component(
+        self,
+        labels: ComponentLabels,
+        *,
+        current_gangs: int | None,
+        desired_gangs: int | None,
+        ready_gangs: int | None,
+        partial_gangs: int | None,
+        balloon_gangs: int | None,
+        desired_balloon_gangs: int | None,
+        demand: float | None,
+        capacity_per_gang: float | None,
+        forecast_demand: float | None,
+        forecast_demand_upper: float | None,
+    ) -> None:
+        """Set every gauge of one component from one tick; None removes that series."""
+        self.component_info.labels(*labels.values(), labels.lws).set(1)
+        for gauge, value in (
+            (self.current_gangs, current_gangs),
+            (self.desired_gangs, desired_gangs),
+            (self.ready_gangs, ready_gangs),
+            (self.partial_gangs, partial_gangs),
+            (self.balloon_gangs, balloon_gangs),
+            (self.desired_balloon_gangs, desired_balloon_gangs),
+            (self.demand, demand),
+            (self.capacity_per_gang, capacity_per_gang),
+            (self.forecast_demand, forecast_demand),
+            (self.forecast_demand_upper, forecast_demand_upper),
+        ):
+            _set_or_remove(gauge, labels.values(), value)
+
+    def count_decision(self, labels: ComponentLabels, *, reason: str) -> None:
+        self.decisions.labels(*labels.values(), reason).inc()
+
+    def count_scale_write(self, labels: ComponentLabels, *, from_gangs: int, to_gangs: int) -> None:
+        if to_gangs != from_gangs:
+            direction = "up" if to_gangs > from_gangs else "down"
+            self.scale_writes.labels(*labels.values(), direction).inc()
+
+    def forget_component(self, labels: ComponentLabels) -> None:
+        """Drop the gauges of a component that is gone (or that this standby does not own).
+        Counters stay: their history is what `increase()` reads."""
+        _remove(self.component_info, (*labels.values(), labels.lws))
+        for gauge in (
+            self.current_gangs,
+            self.desired_gangs,
+            self.ready_gangs,
+            self.partial_gangs,
+            self.balloon_gangs,
+            self.desired_balloon_gangs,
+            self.demand,
+            self.capacity_per_gang,
+            self.forecast_demand,
+            self.forecast_demand_upper,
+        ):
+            _remove(gauge, labels.values())
+
+    # -- service-wide ---------------------------------------------------------------------
+
+    def count_error(self, kind: str) -> None:
+        self.errors.labels(kind).inc()
+
+    def count_policy_error(self, *, namespace: str, lws: str, annotation: str) -> None:
+        self.policy_errors.labels(namespace, lws, annotation).inc()
+
+    def observe_tick(self, *, duration_s: float, finished_at_s: float, queries: int) -> None:
+        self.tick_duration.observe(duration_s)
+        self.last_tick.set(finished_at_s)
+        self.prometheus_queries.set(queries)
+
+    def set_leader(self, is_leader: bool) -> None:
+        self.leader.set(1 if is_leader else 0)
+
+    def exposition(self) -> tuple[bytes, str]:
+        """The text exposition of this registry and its content type, for `/metrics`."""
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+def _set_or_remove(gauge: Gauge, label_values: tuple[str, ...], value: float | None) -> None:
+    if value is None:
+        _remove(gauge, label_values)
+    else:
+        gauge.labels(*label_values).set(value)
+
+
+def _remove(metric: Gauge, label_values: tuple[str, ...]) -> None:
+    # prometheus-client raises KeyError for a series that was never set; absent is the goal.
+    with contextlib.suppress(KeyError):
+        metric.remove(*label_values)

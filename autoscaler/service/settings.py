@@ -1,0 +1,355 @@
+"""Settings of `gang-autoscaler run`: one pydantic-settings model, one loader, one parser.
+
+Precedence, highest first: command-line flags > environment (`GANG_AUTOSCALER_*`) > the YAML
+file named by `--config` > the defaults below. The defaults live here and only here; the Helm
+chart's values mirror them and `tests/charts` checks that every flag the chart passes exists.
+
+Durations are Go-style strings (`15s`, `1m30s`) everywhere: flags, environment and YAML. They
+are held as `timedelta` so the unit travels with the value; the `*_s` properties give seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+from datetime import timedelta
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_settings import (
+    BaseSettings,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    YamlConfigSettingsSource,
+)
+
+from autoscaler.core.policy import parse_duration
+
+ENV_PREFIX = "GANG_AUTOSCALER_"
+
+
+class SettingsError(ValueError):
+    """The settings of `run` are invalid; the message names every bad field and its source."""
+
+
+def _to_timedelta(value: Any) -> Any:
+    if isinstance(value, timedelta):
+        return value
+    return timedelta(seconds=parse_duration(value))
+
+
+def _positive(value: timedelta) -> timedelta:
+    if value <= timedelta(0):
+        raise ValueError("must be longer than 0s")
+    return value
+
+
+# A Go-style duration ("15s", "1m30s"); a bare number is refused because `5` is ambiguous.
+Duration = Annotated[timedelta, BeforeValidator(_to_timedelta), AfterValidator(_positive)]
+
+
+def _go_duration(value: timedelta) -> str:
+    """Format a duration the way `parse_duration` reads it back (for --help and docs)."""
+    total_s = value.total_seconds()
+    if total_s % 3600 == 0:
+        return f"{int(total_s // 3600)}h"
+    if total_s % 60 == 0:
+        return f"{int(total_s // 60)}m"
+    if total_s == int(total_s):
+        return f"{int(total_s)}s"
+    return f"{int(total_s * 1000)}ms"
+
+
+class PrometheusQueries(BaseModel):
+    """The signal queries (DESIGN section 6). Each is one instant query covering every pod at
+    once, grouped `by (namespace, pod)`, so the number of queries per tick does not grow with
+    the number of deployments. The Prometheus adapter maps results to components through the
+    pod cache, so both labels must survive the aggregation."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    waiting: str = Field(
+        default="sum by (namespace, pod) (vllm:num_requests_waiting)",
+        min_length=1,
+        description="Requests waiting to be scheduled, per leader pod (queue depth).",
+    )
+    running: str = Field(
+        default="sum by (namespace, pod) (vllm:num_requests_running)",
+        min_length=1,
+        description="Requests in the running batch, per leader pod.",
+    )
+    kv_cache: str = Field(
+        default="max by (namespace, pod) (vllm:kv_cache_usage_perc or vllm:gpu_cache_usage_perc)",
+        min_length=1,
+        description="KV-cache usage fraction (0-1) per leader pod; accepts vLLM's old and "
+        "new metric names (renamed in 0.9.2).",
+    )
+    prefill_demand: str = Field(
+        default="sum by (namespace, pod) (rate(vllm:prompt_tokens_total[1m]))",
+        min_length=1,
+        description="Prefill demand per leader pod, in prompt tokens/s.",
+    )
+    decode_demand: str = Field(
+        default="sum by (namespace, pod) (rate(vllm:generation_tokens_total[1m]))",
+        min_length=1,
+        description="Decode demand per leader pod, in generated tokens/s.",
+    )
+
+    @field_validator("*")
+    @classmethod
+    def _grouped_by_pod(cls, query: str) -> str:
+        # A query without both labels cannot be mapped to components; failing here is
+        # clearer than a component that silently never gets data.
+        if "namespace" not in query or "pod" not in query:
+            raise ValueError(
+                "must keep the `namespace` and `pod` labels, e.g. sum by (namespace, pod)"
+            )
+        return query
+
+
+class BufferDefaults(BaseModel):
+    """Balloon-gang buffer bounds for an LWS that sets no `min-buffer`/`max-buffer`
+    annotation. The annotations, when present, always win."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    min_gangs: int = Field(
+        default=0, ge=0, le=1000, description="Default `gang-autoscaler.io/min-buffer`."
+    )
+    max_gangs: int = Field(
+        default=2, ge=0, le=1000, description="Default `gang-autoscaler.io/max-buffer`."
+    )
+
+    @model_validator(mode="after")
+    def _ordered(self) -> BufferDefaults:
+        if self.min_gangs > self.max_gangs:
+            raise ValueError(f"min_gangs ({self.min_gangs}) is above max_gangs ({self.max_gangs})")
+        return self
+
+
+def _split_namespaces(value: Any) -> Any:
+    # Environment gives one string: accept "a,b" as well as a YAML/flag list.
+    if isinstance(value, str):
+        return tuple(part.strip() for part in value.split(",") if part.strip())
+    return value
+
+
+class RunSettings(BaseSettings):
+    """Everything `gang-autoscaler run` needs to know. Built by `load_settings`."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter="__",
+        extra="forbid",
+        frozen=True,
+        case_sensitive=False,
+    )
+
+    kubeconfig: Path | None = Field(
+        default=None,
+        description="Kubeconfig file. Unset: in-cluster config, then ~/.kube/config.",
+    )
+    prometheus_url: str = Field(
+        ...,
+        pattern=r"^https?://[^\s]+$",
+        description="Base URL of the Prometheus HTTP API, e.g. "
+        "http://prometheus-operated.monitoring.svc:9090.",
+    )
+    namespaces: Annotated[tuple[str, ...], NoDecode, BeforeValidator(_split_namespaces)] = Field(
+        default=(),
+        description="Namespaces to watch for opted-in LeaderWorkerSets. Empty: all namespaces.",
+    )
+    tick: Duration = Field(
+        default=timedelta(seconds=15), description="Interval between control-loop ticks."
+    )
+    dry_run: bool = Field(
+        default=False, description="Decide and report every tick, but never write to the cluster."
+    )
+    http_port: int = Field(
+        default=8080, ge=1, le=65535, description="Port of /healthz, /readyz, /metrics, /decisions."
+    )
+    lease_namespace: str | None = Field(
+        default=None,
+        min_length=1,
+        description="Namespace of the leader-election Lease. Unset: the pod's own namespace.",
+    )
+    lease_name: str = Field(
+        default="gang-autoscaler", min_length=1, description="Name of the leader-election Lease."
+    )
+    lease_duration: Duration = Field(
+        default=timedelta(seconds=15),
+        description="How long a Lease stays valid without renewal; a standby takes over after "
+        "it (renewed well within it, independently of the tick).",
+    )
+    log_format: Literal["json", "text"] = Field(
+        default="text", description="`json` (one object per line, for log pipelines) or `text`."
+    )
+    prometheus_timeout: Duration = Field(
+        default=timedelta(seconds=10),
+        description="Deadline of one Prometheus query; a slower answer counts as missing data.",
+    )
+    staleness_limit: Duration = Field(
+        default=timedelta(minutes=2),
+        description="Samples older than this are missing data (None), so the component holds.",
+    )
+    backfill_days: float = Field(
+        default=7.0,
+        ge=0,
+        le=90,
+        description="Days of demand history read from Prometheus at start for the forecasters.",
+    )
+    cluster_can_grow: bool = Field(
+        default=True,
+        description="The cluster has a node autoscaler: request gangs beyond what fits now.",
+    )
+    queries: PrometheusQueries = Field(
+        default=PrometheusQueries(), description="PromQL of each signal."
+    )
+    buffer: BufferDefaults = Field(
+        default=BufferDefaults(), description="Default balloon-gang buffer bounds."
+    )
+
+    @property
+    def tick_s(self) -> float:
+        return self.tick.total_seconds()
+
+    @property
+    def lease_duration_s(self) -> float:
+        return self.lease_duration.total_seconds()
+
+    @property
+    def prometheus_timeout_s(self) -> float:
+        return self.prometheus_timeout.total_seconds()
+
+    @property
+    def staleness_limit_s(self) -> float:
+        return self.staleness_limit.total_seconds()
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # Flags arrive as init kwargs; the YAML file (if any) is set per load on a subclass.
+        return (init_settings, env_settings, YamlConfigSettingsSource(settings_cls))
+
+
+# Flags of `run`: (flag, field, argparse kwargs). Everything except the nested `queries` and
+# `buffer`, which are set in the config file or as GANG_AUTOSCALER_QUERIES__WAITING etc.
+def _duration_flag(field: str) -> dict[str, Any]:
+    default = RunSettings.model_fields[field].default
+    return {"metavar": "DURATION", "help_default": _go_duration(default)}
+
+
+_FLAGS: tuple[tuple[str, str, dict[str, Any]], ...] = (
+    ("--kubeconfig", "kubeconfig", {"metavar": "PATH"}),
+    ("--prometheus-url", "prometheus_url", {"metavar": "URL"}),
+    ("--namespace", "namespaces", {"metavar": "NS", "action": "append"}),
+    ("--tick", "tick", _duration_flag("tick")),
+    ("--dry-run", "dry_run", {"action": argparse.BooleanOptionalAction}),
+    ("--http-port", "http_port", {"metavar": "N", "type": int}),
+    ("--lease-namespace", "lease_namespace", {"metavar": "NS"}),
+    ("--lease-name", "lease_name", {"metavar": "NAME"}),
+    ("--lease-duration", "lease_duration", _duration_flag("lease_duration")),
+    ("--log-format", "log_format", {"choices": ("json", "text")}),
+    ("--prometheus-timeout", "prometheus_timeout", _duration_flag("prometheus_timeout")),
+    ("--staleness-limit", "staleness_limit", _duration_flag("staleness_limit")),
+    ("--backfill-days", "backfill_days", {"metavar": "DAYS", "type": float}),
+    ("--cluster-can-grow", "cluster_can_grow", {"action": argparse.BooleanOptionalAction}),
+)
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """Register every flag of `run` on `parser`. Flags default to SUPPRESS so that only the
+    ones given on the command line override the environment and the config file."""
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        type=Path,
+        default=argparse.SUPPRESS,
+        help="YAML file with any of the settings below (keys are the field names, e.g. "
+        "prometheus_url, queries.waiting); flags and GANG_AUTOSCALER_* variables override it",
+    )
+    for flag, field, extra in _FLAGS:
+        kwargs = dict(extra)
+        info = RunSettings.model_fields[field]
+        shown_default = kwargs.pop("help_default", None)
+        if shown_default is None and not info.is_required() and info.default not in (None, ()):
+            shown_default = info.default
+        env = ENV_PREFIX + field.upper()
+        help_text = f"{info.description} [env {env}"
+        help_text += f"; default {shown_default}]" if shown_default is not None else "]"
+        parser.add_argument(
+            flag, dest=field, default=argparse.SUPPRESS, help=help_text.replace("%", "%%"), **kwargs
+        )
+
+
+def build_run_parser(prog: str = "gang-autoscaler run") -> argparse.ArgumentParser:
+    """A standalone parser for `run` (the CLI registers the same flags as a subcommand)."""
+    parser = argparse.ArgumentParser(prog=prog, description="Run the autoscaling service.")
+    add_run_arguments(parser)
+    return parser
+
+
+def _format_errors(err: ValidationError) -> str:
+    lines = []
+    for error in err.errors():
+        where = ".".join(str(part) for part in error["loc"]) or "settings"
+        message = str(error["msg"]).removeprefix("Value error, ")
+        lines.append(f"  {where}: {message}")
+    return "invalid settings:\n" + "\n".join(lines)
+
+
+def _check_config_file(path: Path) -> None:
+    # YamlConfigSettingsSource's own errors for a missing file or a non-mapping document are
+    # silent or cryptic; say plainly what is wrong before it reads the file.
+    try:
+        document = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as err:
+        raise SettingsError(f"cannot read config file {path}: {err}") from err
+    except yaml.YAMLError as err:
+        raise SettingsError(f"config file {path} is not valid YAML: {err}") from err
+    if document is not None and not isinstance(document, dict):
+        raise SettingsError(
+            f"config file {path} must be a YAML mapping of setting names to values, "
+            f"not a {type(document).__name__}"
+        )
+
+
+def load_settings(args: argparse.Namespace | None = None) -> RunSettings:
+    """Merge flags > environment > config file > defaults into one validated `RunSettings`.
+
+    Raises `SettingsError` naming every bad field and where it came from; nothing is
+    half-applied.
+    """
+    given = dict(vars(args)) if args is not None else {}  # other subcommand keys are ignored
+    config_file = given.pop("config", None)
+    flags = {field: given[field] for _, field, _ in _FLAGS if field in given}
+    if config_file is not None:
+        _check_config_file(Path(config_file))
+
+    class _Loaded(RunSettings):
+        model_config = SettingsConfigDict(yaml_file=config_file)
+
+    try:
+        loaded = _Loaded(**flags)
+    except ValidationError as err:
+        raise SettingsError(_format_errors(err)) from err
+    except (OSError, ValueError, yaml.YAMLError) as err:  # unreadable or malformed YAML
+        raise SettingsError(f"cannot read config file {config_file}: {err}") from err
+    return RunSettings.model_validate(loaded.model_dump())

@@ -1,0 +1,141 @@
+"""Settings of `gang-autoscaler run`: precedence, Go durations, clear errors."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from autoscaler.service.settings import (
+    PrometheusQueries,
+    RunSettings,
+    SettingsError,
+    build_run_parser,
+    load_settings,
+)
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    for name in list(os.environ):
+        if name.startswith("GANG_AUTOSCALER_"):
+            monkeypatch.delenv(name)
+
+
+def _load(*argv: str) -> RunSettings:
+    return load_settings(build_run_parser().parse_args(list(argv)))
+
+
+def _write(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_defaults_follow_the_design() -> None:
+    settings = _load("--prometheus-url", "http://prom:9090")
+    assert settings.tick_s == 15.0
+    assert settings.http_port == 8080
+    assert settings.namespaces == ()
+    assert settings.dry_run is False
+    assert settings.backfill_days == 7.0
+    assert settings.queries.waiting == "sum by (namespace, pod) (vllm:num_requests_waiting)"
+    assert "vllm:gpu_cache_usage_perc" in settings.queries.kv_cache
+    assert "vllm:kv_cache_usage_perc" in settings.queries.kv_cache
+    assert settings.kubeconfig is None
+    assert settings.lease_namespace is None
+
+
+def test_flags_beat_environment_beat_file_beat_defaults(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = _write(
+        tmp_path,
+        "prometheus_url: http://from-file:9090\n"
+        "tick: 1m\n"
+        "http_port: 9000\n"
+        "log_format: json\n"
+        "queries:\n  waiting: sum by (namespace, pod) (my_queue)\n",
+    )
+    monkeypatch.setenv("GANG_AUTOSCALER_TICK", "30s")
+    monkeypatch.setenv("GANG_AUTOSCALER_HTTP_PORT", "9100")
+    monkeypatch.setenv("GANG_AUTOSCALER_QUERIES__RUNNING", "sum by (namespace, pod) (my_running)")
+    settings = _load("--config", config, "--http-port", "9200")
+    assert settings.http_port == 9200  # flag over env over file
+    assert settings.tick == timedelta(seconds=30)  # env over file
+    assert settings.log_format == "json"  # file over default
+    assert settings.prometheus_url == "http://from-file:9090"
+    assert settings.queries.waiting == "sum by (namespace, pod) (my_queue)"
+    assert settings.queries.running == "sum by (namespace, pod) (my_running)"
+    # a query not overridden anywhere keeps its default
+    assert settings.queries.kv_cache == PrometheusQueries().kv_cache
+    assert settings.staleness_limit_s == 120.0
+
+
+def test_namespaces_repeat_on_the_command_line_and_split_from_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    flags = _load("--prometheus-url", "http://p:1", "--namespace", "a", "--namespace", "b")
+    assert flags.namespaces == ("a", "b")
+    monkeypatch.setenv("GANG_AUTOSCALER_NAMESPACES", "serving, batch")
+    assert _load("--prometheus-url", "http://p:1").namespaces == ("serving", "batch")
+
+
+def test_dry_run_flag_can_switch_off_what_the_environment_switched_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("GANG_AUTOSCALER_DRY_RUN", "true")
+    assert _load("--prometheus-url", "http://p:1").dry_run is True
+    assert _load("--prometheus-url", "http://p:1", "--no-dry-run").dry_run is False
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        pytest.param([], "prometheus_url: Field required", id="missing-prometheus-url"),
+        pytest.param(["--prometheus-url", "prom:9090"], "prometheus_url", id="url-no-scheme"),
+        pytest.param(
+            ["--prometheus-url", "http://p:1", "--tick", "15"], "tick", id="duration-no-unit"
+        ),
+        pytest.param(
+            ["--prometheus-url", "http://p:1", "--tick", "0s"], "longer than 0s", id="zero-tick"
+        ),
+        pytest.param(
+            ["--prometheus-url", "http://p:1", "--http-port", "70000"], "http_port", id="bad-port"
+        ),
+    ],
+)
+def test_bad_values_are_refused_with_the_field_named(argv: list[str], message: str) -> None:
+    with pytest.raises(SettingsError, match=message):
+        _load(*argv)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        pytest.param("prometheus_url: http://p:1\ntik: 15s\n", "tik", id="typo-key"),
+        pytest.param("- a\n- b\n", "YAML mapping", id="not-a-mapping"),
+        pytest.param("prometheus_url: [unclosed\n", "not valid YAML", id="broken-yaml"),
+        pytest.param(
+            "prometheus_url: http://p:1\nqueries:\n  waiting: sum(vllm:num_requests_waiting)\n",
+            "namespace",
+            id="query-loses-pod-label",
+        ),
+        pytest.param(
+            "prometheus_url: http://p:1\nbuffer:\n  min_gangs: 3\n  max_gangs: 1\n",
+            "min_gangs",
+            id="buffer-min-above-max",
+        ),
+    ],
+)
+def test_bad_config_files_are_refused(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(SettingsError, match=message):
+        _load("--config", _write(tmp_path, text))
+
+
+def test_missing_config_file_is_named(tmp_path: Path) -> None:
+    with pytest.raises(SettingsError, match=r"nope\.yaml"):
+        _load("--config", str(tmp_path / "nope.yaml"), "--prometheus-url", "http://p:1")
