@@ -1,0 +1,216 @@
+"""Rolling-origin evaluation of the forecasters on a trace.
+
+The first `train_s` of the trace (default: 7 days or half the trace, whichever is shorter)
+is the initial history. Then, window by window, each model is updated with the newly closed
+window and forecasts `horizon_s` ahead, as the service would each tick; every `refit_every_s`
+(default one day, the service's slow cadence) it is refitted on everything seen so far. A
+forecast is scored against the actual window `horizon_s` later. Origins whose target is
+missing are skipped, and every model is scored on the same origins.
+
+Scores per model: MAE and, scaled by the in-sample one-step naive MAE of the initial history
+(Hyndman & Koehler 2006), MASE; sMAPE in percent (0-200); the MAE ratio against persistence
+and against seasonal-naive at the same horizon; coverage, the share of actual values at or
+below the upper bound; and the median wall time of a full fit.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from forecasting.baselines import Persistence, SeasonalNaive
+from forecasting.errors import InsufficientHistory
+from forecasting.grid import DAY_S, DEFAULT_QUANTILE, DEFAULT_STEP_S
+from forecasting.models import DEFAULT_MODEL, MODELS, make_forecaster
+from forecasting.series import FloatArray, Series, resample
+
+DEFAULT_TRAIN_S = 7 * DAY_S
+
+
+@dataclass(frozen=True, slots=True)
+class ModelScore:
+    mae: float
+    mase: float
+    smape: float
+    ratio_vs_persistence: float
+    ratio_vs_seasonal_naive: float
+    coverage: float
+    fit_seconds_median: float
+    fallback_share: float  # share of scored forecasts where a baseline stood in
+
+
+@dataclass(frozen=True, slots=True)
+class BacktestReport:
+    trace: str
+    horizon_s: float
+    step_s: float
+    quantile: float
+    default_model: str
+    train_windows: int
+    scored_origins: int
+    models: Mapping[str, ModelScore]
+
+    def contract_json(self) -> dict[str, object]:
+        """The `backtest --json` document (DESIGN.md section 8)."""
+        return {
+            "trace": self.trace,
+            "horizon_s": round(self.horizon_s),
+            "default_model": self.default_model,
+            "models": {
+                name: {
+                    "mase": score.mase,
+                    "smape": score.smape,
+                    "ratio_vs_persistence": score.ratio_vs_persistence,
+                    "ratio_vs_seasonal_naive": score.ratio_vs_seasonal_naive,
+                    "coverage": score.coverage,
+                    "fit_seconds_median": score.fit_seconds_median,
+                }
+                for name, score in self.models.items()
+            },
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class _Run:
+    point: FloatArray
+    upper: FloatArray
+    fell_back: npt.NDArray[np.bool_]
+    fit_seconds: tuple[float, ...]
+
+
+def run_backtest(
+    series: Series,
+    *,
+    trace: str,
+    horizon_s: float,
+    step_s: float = DEFAULT_STEP_S,
+    quantile: float = DEFAULT_QUANTILE,
+    models: Sequence[str] = tuple(MODELS),
+    train_s: float | None = None,
+    refit_every_s: float = DAY_S,
+) -> BacktestReport:
+    """Score `models` (the two baselines are always included) on `series`."""
+    windows = resample(series, step_s=step_s)
+    ends = windows.end_timestamps_s
+    actual = windows.values
+    steps = max(1, math.ceil(horizon_s / step_s - 1e-9))
+    train = int(
+        (train_s if train_s is not None else min(DEFAULT_TRAIN_S, ends.size * step_s / 2)) // step_s
+    )
+    if train < 2 or train + steps > ends.size:
+        raise InsufficientHistory(
+            f"{ends.size} windows of {step_s:g} s cannot hold {train} training windows"
+            f" plus a {horizon_s:g} s horizon"
+        )
+    names = list(dict.fromkeys([Persistence.name, SeasonalNaive.name, *models]))
+    refit_windows = max(1, int(refit_every_s // step_s))
+    runs = {
+        name: _run_model(
+            name,
+            series,
+            ends=ends,
+            train=train,
+            steps=steps,
+            step_s=step_s,
+            quantile=quantile,
+            refit_windows=refit_windows,
+        )
+        for name in names
+    }
+    targets = actual[train - 1 + steps :]
+    scored = np.isfinite(targets)
+    for run in runs.values():
+        scored &= np.isfinite(run.point) & np.isfinite(run.upper)
+    if not scored.any():
+        raise InsufficientHistory("no origin has both an observed target and forecasts")
+    y = targets[scored]
+    scale = _naive_scale(actual[:train])
+    maes = {name: float(np.mean(np.abs(run.point[scored] - y))) for name, run in runs.items()}
+    scores = {
+        name: ModelScore(
+            mae=maes[name],
+            mase=maes[name] / scale if scale > 0 else math.inf,
+            smape=_smape(run.point[scored], y),
+            ratio_vs_persistence=_ratio(maes[name], maes[Persistence.name]),
+            ratio_vs_seasonal_naive=_ratio(maes[name], maes[SeasonalNaive.name]),
+            coverage=float(np.mean(y <= run.upper[scored])),
+            fit_seconds_median=float(np.median(run.fit_seconds)),
+            fallback_share=float(np.mean(run.fell_back[scored])),
+        )
+        for name, run in runs.items()
+    }
+    return BacktestReport(
+        trace=trace,
+        horizon_s=float(horizon_s),
+        step_s=float(step_s),
+        quantile=quantile,
+        default_model=DEFAULT_MODEL,
+        train_windows=train,
+        scored_origins=int(scored.sum()),
+        models=scores,
+    )
+
+
+def _run_model(
+    name: str,
+    series: Series,
+    *,
+    ends: FloatArray,
+    train: int,
+    steps: int,
+    step_s: float,
+    quantile: float,
+    refit_windows: int,
+) -> _Run:
+    forecaster = make_forecaster(name, step_s=step_s, quantile=quantile)
+    horizon_s = steps * step_s
+    # Raw observation index bounds of each window: window i is (ends[i] - step, ends[i]].
+    bounds = np.searchsorted(series.timestamps_s, ends, side="right")
+    origins = range(train, ends.size - steps + 1)
+    point = np.full(len(origins), np.nan)
+    upper = np.full(len(origins), np.nan)
+    fell_back = np.zeros(len(origins), dtype=bool)
+    fit_seconds: list[float] = []
+    last_fit = -refit_windows
+    for k, origin in enumerate(origins):
+        known = int(bounds[origin - 1])
+        if origin - last_fit >= refit_windows:
+            started = time.perf_counter()
+            forecaster.fit(Series(series.timestamps_s[:known], series.values[:known]))
+            fit_seconds.append(time.perf_counter() - started)
+            last_fit = origin
+        else:
+            first = int(bounds[origin - 2])
+            # Always pass the window's end so an empty window closes as missing.
+            forecaster.update(
+                [*series.timestamps_s[first:known].tolist(), float(ends[origin - 1])],
+                [*series.values[first:known].tolist(), math.nan],
+            )
+        result = forecaster.forecast(horizon_s)
+        if result is not None:
+            point[k], upper[k] = result.point, result.upper
+            fell_back[k] = result.fallback_reason is not None
+    return _Run(point=point, upper=upper, fell_back=fell_back, fit_seconds=tuple(fit_seconds))
+
+
+def _naive_scale(values: FloatArray) -> float:
+    steps = np.abs(np.diff(values))
+    steps = steps[np.isfinite(steps)]
+    return float(np.mean(steps)) if steps.size else math.nan
+
+
+def _smape(predicted: FloatArray, actual: FloatArray) -> float:
+    denominator = np.abs(predicted) + np.abs(actual)
+    nonzero = denominator > 0
+    terms = 200.0 * np.abs(predicted - actual)[nonzero] / denominator[nonzero]
+    # 0/0 (both zero) is a perfect forecast, not an undefined one.
+    return float(np.sum(terms) / actual.size)
+
+
+def _ratio(mae: float, baseline_mae: float) -> float:
+    return mae / baseline_mae if baseline_mae > 0 else math.inf

@@ -1,0 +1,152 @@
+"""The base every forecaster here builds on: windows, history, and the guards.
+
+A subclass implements three hooks on closed window values: `_fit_windows` (may be slow and
+may raise), `_extend_windows` (cheap) and `_model_forecast` (cheap). This class resamples
+observations into windows, keeps a bounded history, and applies the guards: when the model
+cannot be fitted (too short a history, all windows missing, a flat series, a fit that raised
+or did not converge) or yields a non-finite value, persistence stands in and the result says
+why. A forecast is never negative, NaN or Inf.
+"""
+
+from __future__ import annotations
+
+import abc
+import math
+from typing import ClassVar
+
+import numpy as np
+
+from forecasting.errors import FitFailed, ForecastingError, InsufficientHistory
+from forecasting.history import WindowHistory, upper_quantile_of_errors
+from forecasting.protocol import ForecastResult
+from forecasting.series import FloatArray, Series, WindowAccumulator, Windows
+
+DEFAULT_STEP_S = 300.0
+DEFAULT_QUANTILE = 0.9
+DAY_S = 86_400.0
+DEFAULT_MAX_HISTORY_S = 14 * DAY_S
+
+
+class GridForecaster(abc.ABC):
+    """A forecaster on a fixed grid of `step_s` windows, with a persistence fallback."""
+
+    name: ClassVar[str]
+
+    def __init__(
+        self,
+        *,
+        step_s: float = DEFAULT_STEP_S,
+        quantile: float = DEFAULT_QUANTILE,
+        max_history_s: float = DEFAULT_MAX_HISTORY_S,
+    ) -> None:
+        if not 0.5 <= quantile < 1.0:
+            raise ValueError(f"quantile must be in [0.5, 1), got {quantile}")
+        self.step_s = float(step_s)
+        self.quantile = float(quantile)
+        self._accumulator = WindowAccumulator(step_s=self.step_s)
+        self._history = WindowHistory(max_windows=max(2, int(max_history_s // self.step_s)))
+        # Why the model cannot forecast right now; None when it can.
+        self.model_unavailable_reason: str | None = "not fitted yet"
+
+    @property
+    def season_windows(self) -> int:
+        """Windows in one day (the daily cycle the seasonal models follow)."""
+        return max(1, round(DAY_S / self.step_s))
+
+    @property
+    def last_window_end_s(self) -> float | None:
+        return self._history.last_end_s
+
+    def fit(self, history: Series) -> None:
+        self._accumulator = WindowAccumulator(step_s=self.step_s)
+        self._history.clear()
+        windows = self._accumulator.push(history.timestamps_s, history.values)
+        self._history.extend(windows)
+        self.model_unavailable_reason = None
+        try:
+            self._fit_windows(self._history.array())
+        except ForecastingError as err:
+            self.model_unavailable_reason = str(err)
+        except Exception as err:
+            self.model_unavailable_reason = str(FitFailed(f"{type(err).__name__}: {err}"))
+
+    def update(self, timestamps_s: object, values: object) -> None:
+        windows = self._accumulator.push(timestamps_s, values)
+        if windows.values.size == 0:
+            return
+        self._history.extend(windows)
+        if self.model_unavailable_reason is not None:
+            return
+        try:
+            self._extend_windows(windows)
+        except Exception as err:
+            self.model_unavailable_reason = f"update failed: {type(err).__name__}: {err}"
+
+    def steps_ahead(self, horizon_s: float) -> int:
+        if not (math.isfinite(horizon_s) and horizon_s >= 0):
+            raise ValueError(f"horizon_s must be a finite number >= 0, got {horizon_s}")
+        return max(1, math.ceil(horizon_s / self.step_s - 1e-9))
+
+    def forecast(self, horizon_s: float) -> ForecastResult | None:
+        steps = self.steps_ahead(horizon_s)
+        last = self._history.last_observed()
+        if last is None:
+            return None
+        reason = self.model_unavailable_reason
+        if reason is None:
+            try:
+                point, upper = self._model_forecast(steps)
+            except ForecastingError as err:
+                reason = str(err)
+            else:
+                if math.isfinite(point) and math.isfinite(upper):
+                    return self._result(point, upper, horizon_s, None)
+                reason = "model forecast was not finite"
+        point, upper = self._persistence(steps, last)
+        return self._result(point, upper, horizon_s, reason)
+
+    def _persistence(self, steps: int, last: float) -> tuple[float, float]:
+        values = self._history.array()
+        margin = upper_quantile_of_errors(values[steps:], values[:-steps], quantile=self.quantile)
+        return last, last + margin
+
+    def _result(
+        self, point: float, upper: float, horizon_s: float, reason: str | None
+    ) -> ForecastResult:
+        point = max(0.0, point)
+        return ForecastResult(
+            point=point,
+            upper=max(point, upper),
+            quantile=self.quantile,
+            horizon_s=float(horizon_s),
+            fallback_reason=reason,
+        )
+
+    def _require_history(self, values: FloatArray, *, min_windows: int) -> FloatArray:
+        """The finite values, or InsufficientHistory / FlatSeries naming the shortfall."""
+        observed = values[np.isfinite(values)]
+        if observed.size == 0:
+            raise InsufficientHistory(f"all {values.size} windows are missing")
+        if values.size < min_windows:
+            raise InsufficientHistory(
+                f"history is {values.size} windows of {self.step_s:g} s;"
+                f" {self.name} needs at least {min_windows}"
+            )
+        if observed.size < min_windows // 2:
+            raise InsufficientHistory(
+                f"only {observed.size} of {values.size} windows observed;"
+                f" {self.name} needs at least {min_windows // 2}"
+            )
+        return observed
+
+    @abc.abstractmethod
+    def _fit_windows(self, values: FloatArray) -> None:
+        """Fit on closed window values, oldest first (NaN = missing). May raise."""
+
+    @abc.abstractmethod
+    def _extend_windows(self, windows: Windows) -> None:
+        """Advance the fitted model over newly closed windows."""
+
+    @abc.abstractmethod
+    def _model_forecast(self, steps: int) -> tuple[float, float]:
+        """Point and upper bound `steps` windows ahead; may raise ForecastingError."""

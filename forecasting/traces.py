@@ -1,0 +1,127 @@
+"""Loading the shared trace formats into a `Series` of request rates.
+
+Formats, recognised by their header:
+
+- ServeGen 600 s aggregates: `t_seconds,requests_per_s,...` with `t_seconds` the start of
+  each window. Rows where every client's rate is zero (`requests_per_s == 0` and
+  `active_clients == 0`) are collection gaps, not idle service (the data README says so: the
+  same hours have thousands of requests per second on the other days), so they are missing.
+- Azure per-second aggregates: `t_seconds,requests,input_tokens,output_tokens`, one row per
+  second including empty ones; a zero there is a real quiet second.
+- Raw Azure LLM inference CSV: `TIMESTAMP,ContextTokens,GeneratedTokens`, one row per
+  request; counted per second from the first request's second.
+
+Every series is in requests per second, each value labelled by the end of the interval it
+measures (the convention of `forecasting.series`).
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from forecasting.errors import TraceFormatError
+from forecasting.series import Series
+
+SERVEGEN_COLUMNS = ("t_seconds", "requests_per_s")
+AZURE_1S_COLUMNS = ("t_seconds", "requests")
+AZURE_RAW_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+TRACE_SUFFIXES = ("", ".csv", "_600s.csv", "_1s.csv")
+
+
+@dataclass(frozen=True, slots=True)
+class Trace:
+    name: str
+    series: Series
+    native_step_s: float  # the interval each row aggregates
+    source: Path
+
+
+def default_traces_dir() -> Path:
+    """`shared/data/traces` beside the repository checkout."""
+    return Path(__file__).resolve().parents[1].parent / "shared" / "data" / "traces"
+
+
+def resolve_trace(name_or_path: str, *, traces_dir: Path | None = None) -> Path:
+    """A file path as given, or a shared trace by name (e.g. `servegen_m-small`)."""
+    path = Path(name_or_path)
+    if path.is_file():
+        return path
+    directory = traces_dir or default_traces_dir()
+    for suffix in TRACE_SUFFIXES:
+        candidate = directory / f"{name_or_path}{suffix}"
+        if candidate.is_file():
+            return candidate
+    known = sorted(p.stem for p in directory.glob("*.csv")) if directory.is_dir() else []
+    raise TraceFormatError(
+        f"no trace file {name_or_path!r} and no shared trace of that name in {directory}"
+        + (f"; shared traces: {', '.join(known)}" if known else "")
+    )
+
+
+def load_trace(name_or_path: str, *, traces_dir: Path | None = None) -> Trace:
+    path = resolve_trace(name_or_path, traces_dir=traces_dir)
+    try:
+        with path.open(newline="") as handle:
+            header = tuple(next(csv.reader(handle), ()))
+    except (OSError, UnicodeDecodeError) as err:
+        raise TraceFormatError(f"cannot read {path}: {err}") from err
+    name = path.stem.removesuffix("_600s").removesuffix("_1s")
+    try:
+        if header[: len(SERVEGEN_COLUMNS)] == SERVEGEN_COLUMNS:
+            series, step_s = _servegen(path)
+        elif header[: len(AZURE_1S_COLUMNS)] == AZURE_1S_COLUMNS:
+            series, step_s = _azure_per_second(path)
+        elif header[: len(AZURE_RAW_COLUMNS)] == AZURE_RAW_COLUMNS:
+            series, step_s = _azure_raw(path)
+        else:
+            raise TraceFormatError(
+                f"{path}: header {','.join(header)!r} matches no known trace format"
+                " (ServeGen t_seconds,requests_per_s,...; Azure t_seconds,requests,...;"
+                " raw Azure TIMESTAMP,ContextTokens,GeneratedTokens)"
+            )
+    except (ValueError, KeyError, pd.errors.ParserError) as err:
+        raise TraceFormatError(f"{path}: {err}") from err
+    return Trace(name=name, series=series, native_step_s=step_s, source=path)
+
+
+def _regular_step(t_seconds: np.ndarray, path: Path) -> float:
+    steps = np.unique(np.diff(t_seconds))
+    if steps.size != 1 or steps[0] <= 0:
+        raise TraceFormatError(f"{path}: t_seconds is not evenly spaced")
+    return float(steps[0])
+
+
+def _servegen(path: Path) -> tuple[Series, float]:
+    frame = pd.read_csv(path)
+    t = frame["t_seconds"].to_numpy(dtype=np.float64)
+    step_s = _regular_step(t, path)
+    rate = frame["requests_per_s"].to_numpy(dtype=np.float64).copy()
+    gap = rate == 0
+    if "active_clients" in frame:
+        gap &= frame["active_clients"].to_numpy() == 0
+    rate[gap] = np.nan
+    return Series(t + step_s, rate), step_s
+
+
+def _azure_per_second(path: Path) -> tuple[Series, float]:
+    frame = pd.read_csv(path)
+    t = frame["t_seconds"].to_numpy(dtype=np.float64)
+    step_s = _regular_step(t, path)
+    rate = frame["requests"].to_numpy(dtype=np.float64) / step_s
+    return Series(t + step_s, rate), step_s
+
+
+def _azure_raw(path: Path) -> tuple[Series, float]:
+    frame = pd.read_csv(path, usecols=["TIMESTAMP"])
+    arrivals = pd.to_datetime(frame["TIMESTAMP"], format="mixed")
+    if arrivals.isna().any():
+        raise TraceFormatError(f"{path}: unparseable TIMESTAMP values")
+    seconds = (arrivals - arrivals.min().floor("s")).dt.total_seconds().to_numpy()
+    counts = np.bincount(np.floor(seconds).astype(np.int64)).astype(np.float64)
+    t = np.arange(counts.size, dtype=np.float64)
+    return Series(t + 1.0, counts), 1.0
