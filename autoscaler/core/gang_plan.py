@@ -95,12 +95,10 @@ class ComponentMemory:
 
     # (time_s, proposal) of recent reactive/forecast proposals, for the scale-down window
     proposals: tuple[tuple[float, int], ...] = ()
-    # (time_s, gangs_added) of recent scale-ups, for the per-period rate limit
-    scale_ups: tuple[tuple[float, int], ...] = ()
     # demand one ready gang served while saturated (exponentially weighted), learned
     learned_capacity_per_gang: float | None = None
-    # desired gangs and the need behind it at the last scale-up, so starting gangs are not
-    # stacked on unless the need grew
+    # the proposal that caused the last scale-up, so gangs still starting are not stacked
+    # on unless the need grew beyond it
     last_scale_up_need: int | None = None
 
 

@@ -1,0 +1,56 @@
+"""Demand one gang serves at target, and the gang counts a demand forecast implies.
+
+Capacity per gang comes from the policy, or is learned: while a component runs at or above
+its target, the demand it sees per ready gang, scaled back to the target, is a sample of
+what one gang serves at target. Samples are blended exponentially so one odd tick does not
+swing the forecast floor.
+
+Must not import: asyncio, aiohttp, kubernetes_asyncio, prometheus_api_client, statsmodels.
+"""
+
+from __future__ import annotations
+
+import math
+
+from autoscaler.core.model import ComponentObservation
+from autoscaler.core.policy import Policy
+
+LEARNING_WEIGHT = 0.2
+# Below this usage ratio the component is not loaded enough for its throughput to say
+# anything about what it could serve.
+MIN_RATIO_TO_LEARN = 0.9
+
+
+def learn_capacity(
+    previous: float | None,
+    obs: ComponentObservation,
+    *,
+    usage_ratio: float | None,
+) -> float | None:
+    """Blend a new capacity sample into `previous` when the component is saturated."""
+    demand = obs.signals.demand
+    ready = obs.ready_gangs
+    if (
+        demand is None
+        or usage_ratio is None
+        or not math.isfinite(usage_ratio)
+        or usage_ratio < MIN_RATIO_TO_LEARN
+        or ready == 0
+        or demand <= 0
+    ):
+        return previous
+    sample = demand / ready / usage_ratio
+    if previous is None:
+        return sample
+    return (1 - LEARNING_WEIGHT) * previous + LEARNING_WEIGHT * sample
+
+
+def capacity_per_gang(policy: Policy, learned: float | None) -> float | None:
+    return policy.capacity_per_replica if policy.capacity_per_replica is not None else learned
+
+
+def gangs_for_demand(demand: float, capacity: float) -> int:
+    """Whole gangs needed to serve `demand` at target."""
+    if demand <= 0:
+        return 0
+    return math.ceil(demand / capacity - 1e-9)

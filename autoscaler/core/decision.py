@@ -1,0 +1,341 @@
+"""The decision: observations + policies + forecasts + memory + now -> plan + memory.
+
+`plan` runs DESIGN section 4 in order: reactive proposal, forecast floor, stabilization and
+rate limit, bounds, deployment coupling, fit on the cluster, partial gangs, buffer. It is a
+pure function: no I/O, no clock, no randomness; the same inputs give the same plan. Every
+number it returns carries a `Reason`, and `steps` records each stage for `/decisions`.
+
+Must not import: asyncio, aiohttp, kubernetes_asyncio, prometheus_api_client, statsmodels.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+from autoscaler.core.buffer import balloon_gangs
+from autoscaler.core.capacity import capacity_per_gang, gangs_for_demand, learn_capacity
+from autoscaler.core.coupling import couple_deployment, functional_minimum
+from autoscaler.core.fit import GrowthRequest, allocate_growth
+from autoscaler.core.gang_plan import (
+    ComponentMemory,
+    ComponentPlan,
+    GangPlan,
+    Memory,
+    Reason,
+    Step,
+)
+from autoscaler.core.model import (
+    ComponentKey,
+    ComponentObservation,
+    DeploymentKey,
+    Forecast,
+    Observations,
+)
+from autoscaler.core.partial_gangs import GangAges, classify
+from autoscaler.core.policy import Policy, PolicyProblem, deployment_key, validate_deployment
+from autoscaler.core.reactive import DEFAULT_TOLERANCE, reactive_proposal
+from autoscaler.core.stabilization import (
+    limit_scale_up,
+    prune_proposals,
+    stabilize_scale_down,
+)
+
+
+@dataclass(slots=True)
+class _Draft:
+    """A component's plan while the pipeline runs (private, never returned)."""
+
+    obs: ComponentObservation
+    policy: Policy
+    deployment: DeploymentKey
+    ages: GangAges
+    gangs: int
+    reason: Reason
+    memory: ComponentMemory
+    capacity: float | None
+    need: int  # the proposal before limits, remembered at a scale-up
+    steps: list[Step] = field(default_factory=list)
+
+    def step(self, stage: str, gangs: int, reason: Reason, detail: str = "") -> None:
+        if gangs != self.gangs:
+            self.reason = reason
+        self.gangs = gangs
+        self.steps.append(Step(stage, gangs, reason, detail))
+
+
+def _held(
+    obs: ComponentObservation, reason: Reason, detail: str, memory: ComponentMemory
+) -> tuple[ComponentPlan, ComponentMemory]:
+    return (
+        ComponentPlan(
+            key=obs.key,
+            current_gangs=obs.spec_gangs,
+            desired_gangs=obs.spec_gangs,
+            reason=reason,
+            balloon_gangs=obs.balloon_gangs,
+            balloon_reason=reason,
+            hold=True,
+            steps=(Step("hold", obs.spec_gangs, reason, detail),),
+            detail=detail,
+        ),
+        memory,
+    )
+
+
+def _draft(
+    obs: ComponentObservation,
+    policy: Policy,
+    forecast: Forecast | None,
+    memory: ComponentMemory,
+    *,
+    deployment: DeploymentKey,
+    now: float,
+    tolerance: float,
+) -> _Draft:
+    """Steps 1-4 for one component."""
+    current = obs.spec_gangs
+    ages = classify(obs, gang_timeout_s=policy.gang_timeout_s, now=now)
+    proposal = reactive_proposal(obs, policy, tolerance=tolerance)
+    learned = learn_capacity(
+        memory.learned_capacity_per_gang, obs, usage_ratio=proposal.usage_ratio
+    )
+    capacity = capacity_per_gang(policy, learned)
+    draft = _Draft(
+        obs=obs,
+        policy=policy,
+        deployment=deployment,
+        ages=ages,
+        gangs=current,
+        reason=Reason.STEADY,
+        memory=replace(memory, learned_capacity_per_gang=learned),
+        capacity=capacity,
+        need=current,
+    )
+    draft.step("reactive", proposal.gangs, proposal.reason, proposal.detail)
+    draft.reason = proposal.reason  # the first stage speaks even when it changes nothing
+
+    # Step 2: forecast floor (skipped when no signal at all could be read).
+    if policy.forecast and forecast is not None and capacity is not None and not proposal.no_data:
+        floor = gangs_for_demand(forecast.point, capacity)
+        if floor > draft.gangs:
+            draft.step(
+                "forecast",
+                floor,
+                Reason.FORECAST_FLOOR,
+                f"forecast {forecast.point:g} in {forecast.horizon_s:g}s at {capacity:g} per gang",
+            )
+    draft.need = draft.gangs
+
+    # Gangs still starting: do not stack more on them unless the need grew.
+    last_need = memory.last_scale_up_need
+    if draft.gangs > current and ages.starting and last_need is not None:
+        allowed = max(current, last_need)
+        grew = draft.gangs > math.ceil(last_need * (1 + tolerance))
+        if draft.gangs > allowed and not grew:
+            draft.step(
+                "starting",
+                allowed,
+                Reason.HOLD_GANGS_STARTING,
+                f"{len(ages.starting)} gangs still starting; need {draft.gangs} has not grown "
+                f"past {last_need}",
+            )
+
+    # Step 3: stabilization and rate limit.
+    history = prune_proposals(memory.proposals, window_s=policy.scale_down_window_s, now=now)
+    if not proposal.no_data:
+        stabilized = stabilize_scale_down(
+            history,
+            draft.gangs,
+            current_gangs=current,
+            window_s=policy.scale_down_window_s,
+            now=now,
+        )
+        if stabilized != draft.gangs:
+            draft.step(
+                "stabilization",
+                stabilized,
+                Reason.SCALE_DOWN_STABILIZED,
+                f"highest proposal in the last {policy.scale_down_window_s:g}s",
+            )
+        history = (*history, (now, draft.need))
+    limited = limit_scale_up(draft.gangs, current_gangs=current, max_scale_up=policy.max_scale_up)
+    if limited != draft.gangs:
+        draft.step(
+            "rate_limit",
+            limited,
+            Reason.SCALE_UP_RATE_LIMITED,
+            f"at most {policy.max_scale_up} gangs added per tick",
+        )
+    draft.memory = replace(draft.memory, proposals=history)
+
+    # Step 4: bounds.
+    if draft.gangs > policy.max_replicas:
+        draft.step("bounds", policy.max_replicas, Reason.MAX_REPLICAS)
+    elif draft.gangs < policy.min_replicas:
+        draft.step("bounds", policy.min_replicas, Reason.MIN_REPLICAS)
+    return draft
+
+
+def _couple(drafts: Mapping[ComponentKey, _Draft]) -> None:
+    """Step 5, in place, for the drafts of one deployment."""
+    coupled = couple_deployment(
+        {k: d.gangs for k, d in drafts.items()}, {k: d.policy for k, d in drafts.items()}
+    )
+    for key, result in coupled.items():
+        if result.reason is not None:
+            drafts[key].step("coupling", result.gangs, result.reason, result.detail)
+
+
+def _fit(drafts: Mapping[ComponentKey, _Draft], observations: Observations) -> None:
+    """Step 6, in place, over every component that wants to grow."""
+    requests = []
+    for key, d in drafts.items():
+        if d.gangs <= d.obs.spec_gangs:
+            continue
+        minimum = functional_minimum(d.policy) if d.gangs > 0 else 0
+        requests.append(
+            GrowthRequest(
+                key=key,
+                deployment=d.deployment,
+                shape=d.obs.shape,
+                current_gangs=d.obs.spec_gangs,
+                minimum_gangs=minimum,
+                wanted_gangs=d.gangs,
+            )
+        )
+    if not requests:
+        return
+    grants = allocate_growth(
+        requests, observations.cluster.nodes, can_grow=observations.cluster.can_grow
+    )
+    for key, grant in grants.items():
+        d = drafts[key]
+        wanted = d.gangs - d.obs.spec_gangs
+        if grant.short:
+            d.step(
+                "fit",
+                grant.gangs,
+                Reason.CAPACITY_SHORT,
+                f"{grant.fit_now} of {wanted} more gangs fit on the nodes now",
+            )
+        elif grant.fit_now < wanted:
+            d.steps.append(
+                Step(
+                    "fit",
+                    d.gangs,
+                    d.reason,
+                    f"{grant.fit_now} of {wanted} more gangs fit now; the rest wait for nodes",
+                )
+            )
+
+
+def _roll_back(
+    d: _Draft, *, deployment_up: bool, pd: bool
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Step 7: scale away timed-out gangs at the top of the LWS. Returns (rolled back, stuck)."""
+    spec = d.obs.spec_gangs
+    timed_out = d.ages.timed_out
+    if not timed_out:
+        return (), ()
+    floor = d.policy.min_replicas
+    if pd and deployment_up:
+        floor = max(floor, functional_minimum(d.policy))
+    keep = spec - d.ages.top_timed_out
+    if d.ages.top_timed_out and d.gangs > keep and keep >= floor:
+        d.step(
+            "partial_gangs",
+            keep,
+            Reason.PARTIAL_GANG_ROLLED_BACK,
+            f"groups {list(range(keep, spec))} not ready after {d.policy.gang_timeout_s:g}s",
+        )
+    rolled = tuple(i for i in timed_out if i >= d.gangs)
+    stuck = tuple(i for i in timed_out if i < d.gangs)
+    return rolled, stuck
+
+
+def plan(
+    observations: Observations,
+    policies: Mapping[ComponentKey, Policy],
+    forecasts: Mapping[ComponentKey, Forecast],
+    memory: Memory,
+    *,
+    now: float,
+    tolerance: float = DEFAULT_TOLERANCE,
+) -> tuple[GangPlan, Memory]:
+    """Decide the gangs and balloon gangs of every observed component."""
+    plans: dict[ComponentKey, ComponentPlan] = {}
+    memories: dict[ComponentKey, ComponentMemory] = {}
+
+    by_deployment: dict[DeploymentKey, dict[ComponentKey, Policy]] = {}
+    for key in sorted(observations.components):
+        obs = observations.components[key]
+        policy = policies.get(key)
+        if policy is None:
+            plans[key], memories[key] = _held(
+                obs, Reason.HOLD_POLICY_ERROR, "no valid policy", memory.of(key)
+            )
+            continue
+        by_deployment.setdefault(deployment_key(key, policy), {})[key] = policy
+
+    drafts: dict[ComponentKey, _Draft] = {}
+    for dep, members in sorted(by_deployment.items()):
+        problems: dict[ComponentKey, tuple[PolicyProblem, ...]] = validate_deployment(members)
+        if problems:
+            for key in members:
+                why = "; ".join(str(p) for p in problems.get(key, ())) or (
+                    f"another component of deployment {dep} has a policy problem"
+                )
+                plans[key], memories[key] = _held(
+                    observations.components[key], Reason.HOLD_POLICY_ERROR, why, memory.of(key)
+                )
+            continue
+        for key, policy in members.items():
+            drafts[key] = _draft(
+                observations.components[key],
+                policy,
+                forecasts.get(key),
+                memory.of(key),
+                deployment=dep,
+                now=now,
+                tolerance=tolerance,
+            )
+
+    deployments: dict[DeploymentKey, dict[ComponentKey, _Draft]] = {}
+    for key, d in drafts.items():
+        deployments.setdefault(d.deployment, {})[key] = d
+    for members_drafts in deployments.values():
+        _couple(members_drafts)
+    _fit(drafts, observations)
+
+    for members_drafts in deployments.values():
+        pd = len(members_drafts) > 1
+        deployment_up = any(d.gangs > 0 for d in members_drafts.values())
+        for key, d in members_drafts.items():
+            rolled, stuck = _roll_back(d, deployment_up=deployment_up, pd=pd)
+            balloons, balloon_reason, balloon_detail = balloon_gangs(
+                policy=d.policy,
+                forecast=forecasts.get(key),
+                capacity=d.capacity,
+                desired_gangs=d.gangs,
+            )
+            d.steps.append(Step("buffer", balloons, balloon_reason, balloon_detail))
+            if d.gangs > d.obs.spec_gangs:
+                d.memory = replace(d.memory, last_scale_up_need=d.need)
+            plans[key] = ComponentPlan(
+                key=key,
+                current_gangs=d.obs.spec_gangs,
+                desired_gangs=d.gangs,
+                reason=d.reason,
+                balloon_gangs=balloons,
+                balloon_reason=balloon_reason,
+                steps=tuple(d.steps),
+                rolled_back_groups=rolled,
+                stuck_groups=stuck,
+                capacity_per_gang=d.capacity,
+                detail=next((s.detail for s in reversed(d.steps) if s.reason is d.reason), ""),
+            )
+            memories[key] = d.memory
+
+    return GangPlan(components=plans), Memory(components=memories)

@@ -1,0 +1,223 @@
+"""Step 6: how many more whole gangs can be placed on the nodes as they are now.
+
+A gang fits only if every one of its pods fits on some node it may run on, all in one
+topology domain when the LWS names a topology key. Two nodes with 4 free GPUs each do not
+hold a gang of two 8-GPU pods, however many GPUs are free in total.
+
+Growth is handed out in deployment order: first every deployment below its minimum gets its
+minimum (all components together, or none of them), then remaining scale-ups one gang at a
+time, round-robin, so a short cluster is shared instead of going to whoever asked first.
+
+Must not import: asyncio, aiohttp, kubernetes_asyncio, prometheus_api_client, statsmodels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from autoscaler.core.model import ComponentKey, DeploymentKey, NodeCapacity
+from autoscaler.core.shape import GangShape, PodShape, fits, subtract_resources
+
+FreeByNode = dict[str, dict[str, int]]
+
+
+def _match_expression(expr: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    key = expr.get("key", "")
+    operator = expr.get("operator", "In")
+    values = list(expr.get("values") or [])
+    if operator == "In":
+        return key in labels and labels[key] in values
+    if operator == "NotIn":
+        return key not in labels or labels[key] not in values
+    if operator == "Exists":
+        return key in labels
+    if operator == "DoesNotExist":
+        return key not in labels
+    if operator in ("Gt", "Lt") and key in labels and values:
+        try:
+            node_value, wanted = int(labels[key]), int(values[0])
+        except ValueError:
+            return False
+        return node_value > wanted if operator == "Gt" else node_value < wanted
+    return False
+
+
+def _required_node_affinity(pod: PodShape, labels: Mapping[str, str]) -> bool:
+    node_affinity = (pod.affinity or {}).get("nodeAffinity") or {}
+    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    terms = required.get("nodeSelectorTerms") or []
+    if not terms:
+        return True
+    return any(
+        all(_match_expression(e, labels) for e in term.get("matchExpressions") or [])
+        for term in terms
+    )
+
+
+def can_run_on(pod: PodShape, node: NodeCapacity) -> bool:
+    """Node selector, required node affinity and NoSchedule/NoExecute taints."""
+    if not node.schedulable:
+        return False
+    if any(node.labels.get(k) != v for k, v in pod.node_selector.items()):
+        return False
+    if not _required_node_affinity(pod, node.labels):
+        return False
+    for taint in node.taints:
+        if taint.effect not in ("NoSchedule", "NoExecute"):
+            continue
+        if not any(t.tolerates(taint.key, taint.value, taint.effect) for t in pod.tolerations):
+            return False
+    return True
+
+
+def _domains(shape: GangShape, nodes: Sequence[NodeCapacity]) -> list[list[NodeCapacity]]:
+    if not shape.topology_key:
+        return [list(nodes)]
+    by_value: dict[str, list[NodeCapacity]] = {}
+    for node in nodes:
+        value = node.labels.get(shape.topology_key)
+        if value is not None:
+            by_value.setdefault(value, []).append(node)
+    return [by_value[v] for v in sorted(by_value)]
+
+
+def _pod_size(pod: PodShape) -> tuple[int, int, int]:
+    r = pod.requests
+    return (r.get("nvidia.com/gpu", 0), r.get("cpu", 0), r.get("memory", 0))
+
+
+def place_gang(
+    shape: GangShape, nodes: Sequence[NodeCapacity], free: FreeByNode
+) -> FreeByNode | None:
+    """Room left after placing one more gang, or None when it does not fit.
+
+    Pods go largest first, each to the eligible node it leaves fullest (best fit), which
+    keeps whole nodes free for the next gang.
+    """
+    pods = sorted(shape.pods, key=_pod_size, reverse=True)
+    for domain in _domains(shape, nodes):
+        trial = {n.name: dict(free[n.name]) for n in domain}
+        placed_all = True
+        for pod in pods:
+            candidates = [
+                n for n in domain if can_run_on(pod, n) and fits(pod.requests, trial[n.name])
+            ]
+            if not candidates:
+                placed_all = False
+                break
+            best = min(
+                candidates,
+                key=lambda n: (
+                    trial[n.name].get("nvidia.com/gpu", 0) - pod.requests.get("nvidia.com/gpu", 0),
+                    trial[n.name].get("cpu", 0),
+                    n.name,
+                ),
+            )
+            trial[best.name] = subtract_resources(trial[best.name], pod.requests)
+        if placed_all:
+            out = dict(free)
+            out.update(trial)
+            return out
+    return None
+
+
+def gangs_that_fit(shape: GangShape, nodes: Sequence[NodeCapacity], *, limit: int) -> int:
+    """How many more gangs of one shape fit now (at most `limit`)."""
+    free: FreeByNode = {n.name: dict(n.free) for n in nodes}
+    count = 0
+    while count < limit:
+        after = place_gang(shape, nodes, free)
+        if after is None:
+            break
+        free = after
+        count += 1
+    return count
+
+
+@dataclass(frozen=True, slots=True)
+class GrowthRequest:
+    """A component that wants more gangs than it has."""
+
+    key: ComponentKey
+    deployment: DeploymentKey
+    shape: GangShape
+    current_gangs: int
+    minimum_gangs: int  # its min-replicas (at least 1 while its deployment is up)
+    wanted_gangs: int
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    gangs: int  # the count the component may scale to
+    fit_now: int  # additional gangs that fit on the nodes as they are
+    short: bool  # True when the grant is below what was wanted for lack of room
+
+
+def allocate_growth(
+    requests: Iterable[GrowthRequest],
+    nodes: Sequence[NodeCapacity],
+    *,
+    can_grow: bool,
+) -> dict[ComponentKey, Grant]:
+    """Hand out the room on `nodes` to scale-ups, in three rounds:
+
+    1. every deployment with a component at zero gets one gang of each component, all of
+       them or none, so it can serve;
+    2. components below their minimum, one gang each per round;
+    3. the remaining scale-ups, one gang each per round.
+
+    With `can_grow`, every scale-up is granted in full (new nodes will come); the room is
+    still computed so the plan can say how many gangs wait for nodes.
+    """
+    ordered = sorted(requests, key=lambda r: (r.deployment, r.key))
+    free: FreeByNode = {n.name: dict(n.free) for n in nodes}
+    granted = {r.key: r.current_gangs for r in ordered}
+    fit_now = {r.key: 0 for r in ordered}
+
+    def try_place(request: GrowthRequest) -> bool:
+        nonlocal free
+        after = place_gang(request.shape, nodes, free)
+        if after is None:
+            return False
+        free = after
+        fit_now[request.key] += 1
+        return True
+
+    by_deployment: dict[DeploymentKey, list[GrowthRequest]] = {}
+    for r in ordered:
+        by_deployment.setdefault(r.deployment, []).append(r)
+    serving: list[GrowthRequest] = []
+    for members in by_deployment.values():
+        starting = [r for r in members if r.current_gangs == 0]
+        if not starting:
+            serving.extend(members)
+            continue
+        saved_free, saved_fit = dict(free), dict(fit_now)
+        if all(try_place(r) for r in starting):
+            for r in starting:
+                granted[r.key] = 1
+            serving.extend(members)
+        else:
+            free, fit_now = saved_free, saved_fit
+
+    def round_robin(targets: dict[ComponentKey, int]) -> None:
+        active = [r for r in serving if granted[r.key] < targets[r.key]]
+        while active:
+            still = []
+            for r in active:
+                if try_place(r):
+                    granted[r.key] += 1
+                    if granted[r.key] < targets[r.key]:
+                        still.append(r)
+            active = still
+
+    round_robin({r.key: min(r.minimum_gangs, r.wanted_gangs) for r in serving})
+    round_robin({r.key: r.wanted_gangs for r in serving})
+
+    out = {}
+    for r in ordered:
+        gangs = r.wanted_gangs if can_grow else granted[r.key]
+        out[r.key] = Grant(gangs=gangs, fit_now=fit_now[r.key], short=gangs < r.wanted_gangs)
+    return out

@@ -1,0 +1,38 @@
+"""Step 3: scale-down stabilization and the scale-up rate limit.
+
+As in the HPA: a scale-down only goes as low as the highest proposal seen within the
+window, so a short dip does not tear down a gang that takes minutes to bring back.
+
+Must not import: asyncio, aiohttp, kubernetes_asyncio, prometheus_api_client, statsmodels.
+"""
+
+from __future__ import annotations
+
+
+def prune_proposals(
+    history: tuple[tuple[float, int], ...], *, window_s: float, now: float
+) -> tuple[tuple[float, int], ...]:
+    """Keep the proposals recorded within the last `window_s` seconds."""
+    return tuple((t, g) for t, g in history if now - t <= window_s)
+
+
+def stabilize_scale_down(
+    history: tuple[tuple[float, int], ...],
+    proposal: int,
+    *,
+    current_gangs: int,
+    window_s: float,
+    now: float,
+) -> int:
+    """The proposal after the scale-down window: never below the window's highest proposal
+    (capped at the current count, since stabilization only slows a scale-down)."""
+    if proposal >= current_gangs:
+        return proposal
+    recent = [g for _, g in prune_proposals(history, window_s=window_s, now=now)]
+    highest = max([*recent, proposal])
+    return min(highest, current_gangs)
+
+
+def limit_scale_up(proposal: int, *, current_gangs: int, max_scale_up: int) -> int:
+    """At most `max_scale_up` gangs added in one tick."""
+    return min(proposal, current_gangs + max_scale_up)

@@ -1,0 +1,451 @@
+"""Table tests for each step of the decision pipeline (DESIGN section 4)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from autoscaler.core.decision import plan
+from autoscaler.core.gang_plan import ComponentMemory, Memory, Reason
+from autoscaler.core.model import ComponentKey, GangStatus
+from autoscaler.core.policy import Policy
+from tests.core.builders import forecast, node, obs, observations, policy, shape
+
+NOW = 10_000.0
+KEY = ComponentKey("serving", "llm")
+
+
+def decide(component, pol: Policy, *, fc=None, memory=None, nodes=(), can_grow=True):
+    the_plan, new_memory = plan(
+        observations(component, nodes=nodes, can_grow=can_grow),
+        {component.key: pol},
+        {component.key: fc} if fc else {},
+        Memory({component.key: memory}) if memory else Memory(),
+        now=NOW,
+    )
+    return the_plan.components[component.key], new_memory.of(component.key)
+
+
+@pytest.mark.parametrize(
+    ("component", "pol", "expected_gangs", "expected_reason"),
+    [
+        pytest.param(
+            obs(ready=2, waiting=18, kv=0.5),
+            policy(max_scale_up=5),
+            5,
+            Reason.SCALE_UP_WAITING,
+            id="queue-over-target-scales-up-by-whole-gangs",
+        ),
+        pytest.param(
+            obs(ready=2, waiting=8.4, kv=0.5),
+            policy(),
+            2,
+            Reason.WITHIN_TOLERANCE,
+            id="queue-within-tolerance-holds",
+        ),
+        pytest.param(
+            obs(ready=2, waiting=0, kv=0.96),
+            policy(),
+            3,
+            Reason.SCALE_UP_KV_CACHE,
+            id="kv-cache-over-target-scales-up",
+        ),
+        pytest.param(
+            obs(ready=2, waiting=17, kv=0.99),
+            policy(max_scale_up=5),
+            5,
+            Reason.SCALE_UP_WAITING,
+            id="largest-signal-wins",
+        ),
+        pytest.param(
+            obs(ready=3, waiting=None, kv=None),
+            policy(),
+            3,
+            Reason.HOLD_MISSING_DATA,
+            id="no-data-holds",
+        ),
+        pytest.param(
+            obs(ready=4, waiting=0, kv=None),
+            policy(scale_down_window="0s"),
+            4,
+            Reason.HOLD_MISSING_DATA,
+            id="one-signal-missing-never-scales-down",
+        ),
+        pytest.param(
+            obs(ready=2, waiting=40, kv=None),
+            policy(max_scale_up=5),
+            7,
+            Reason.SCALE_UP_RATE_LIMITED,
+            id="one-signal-missing-may-still-scale-up",
+        ),
+        pytest.param(
+            obs(ready=1, waiting=40, kv=0.5),
+            policy(),
+            3,
+            Reason.SCALE_UP_RATE_LIMITED,
+            id="rate-limit-caps-a-jump",
+        ),
+        pytest.param(
+            obs(ready=2, waiting=100, kv=0.5),
+            policy(max_scale_up=50, max_replicas=6),
+            6,
+            Reason.MAX_REPLICAS,
+            id="max-replicas-caps",
+        ),
+        pytest.param(
+            obs(ready=2, spec=2, waiting=0, kv=0.1),
+            policy(min_replicas=3, max_replicas=5),
+            3,
+            Reason.MIN_REPLICAS,
+            id="min-replicas-raises",
+        ),
+        pytest.param(
+            obs(ready=0, spec=0, waiting=9, kv=None),
+            policy(min_replicas=0, max_scale_up=5),
+            3,
+            Reason.SCALE_UP_WAITING,
+            id="from-zero-sizes-from-total-queue",
+        ),
+        pytest.param(
+            obs(ready=4, waiting=0, kv=0.2),
+            policy(scale_down_window="0s"),
+            1,
+            Reason.SCALE_DOWN_KV_CACHE,
+            id="no-window-scales-down-at-once",
+        ),
+    ],
+)
+def test_reactive_bounds_and_limits(component, pol, expected_gangs, expected_reason):
+    result, _ = decide(component, pol)
+    assert result.desired_gangs == expected_gangs
+    assert result.reason is expected_reason
+    assert not result.hold
+
+
+def test_scale_down_waits_for_its_window_then_takes_the_windows_highest_proposal():
+    component = obs(ready=4, waiting=0, kv=0.2)  # proposes 1 gang
+    pol = policy(scale_down_window="5m")
+
+    inside = ComponentMemory(proposals=((NOW - 100, 4),))
+    result, memory = decide(component, pol, memory=inside)
+    assert result.desired_gangs == 4
+    assert result.reason is Reason.SCALE_DOWN_STABILIZED
+    assert memory.proposals == ((NOW - 100, 4), (NOW, 1))
+
+    aged = ComponentMemory(proposals=((NOW - 400, 4), (NOW - 200, 3), (NOW - 100, 2)))
+    result, memory = decide(component, pol, memory=aged)
+    assert result.desired_gangs == 3
+    assert result.reason is Reason.SCALE_DOWN_STABILIZED
+    assert (NOW - 400, 4) not in memory.proposals
+
+    gone = ComponentMemory(proposals=((NOW - 301, 4),))
+    result, _ = decide(component, pol, memory=gone)
+    assert result.desired_gangs == 1
+    assert result.reason is Reason.SCALE_DOWN_KV_CACHE
+
+
+def test_missing_data_is_not_recorded_as_a_proposal():
+    _, memory = decide(obs(ready=3, waiting=None, kv=None), policy())
+    assert memory.proposals == ()
+
+
+@pytest.mark.parametrize(
+    ("fc", "pol", "expected_gangs", "expected_reason"),
+    [
+        pytest.param(
+            forecast(4_500),
+            policy(capacity_per_replica=1000, max_scale_up=5),
+            5,
+            Reason.FORECAST_FLOOR,
+            id="forecast-floor-raises-ahead-of-load",
+        ),
+        pytest.param(
+            forecast(1_500),
+            policy(capacity_per_replica=1000),
+            2,
+            Reason.WITHIN_TOLERANCE,
+            id="forecast-below-current-does-not-lower",
+        ),
+        pytest.param(
+            forecast(9_000),
+            policy(capacity_per_replica=1000, forecast="off"),
+            2,
+            Reason.WITHIN_TOLERANCE,
+            id="forecast-off-is-ignored",
+        ),
+        pytest.param(
+            forecast(9_000),
+            policy(),
+            2,
+            Reason.WITHIN_TOLERANCE,
+            id="no-capacity-known-no-floor",
+        ),
+    ],
+)
+def test_forecast_floor(fc, pol, expected_gangs, expected_reason):
+    result, _ = decide(obs(ready=2, waiting=8, kv=0.78), pol, fc=fc)
+    assert result.desired_gangs == expected_gangs
+    assert result.reason is expected_reason
+
+
+def test_capacity_is_learned_while_saturated_and_used_for_the_floor():
+    # 2 ready gangs at 1.5x the queue target while 3000 tokens/s arrive: one gang serves
+    # about 3000 / 2 / 1.5 = 1000 tokens/s at target.
+    saturated = obs(ready=2, waiting=12, kv=0.5, demand=3000)
+    _, memory = decide(saturated, policy())
+    assert memory.learned_capacity_per_gang == pytest.approx(1000)
+
+    calm = obs(ready=2, waiting=4, kv=0.6, demand=1900)
+    result, memory2 = decide(calm, policy(max_scale_up=5), fc=forecast(4_200), memory=memory)
+    assert result.desired_gangs == 5
+    assert result.reason is Reason.FORECAST_FLOOR
+    assert memory2.learned_capacity_per_gang == pytest.approx(1000)  # not saturated: unchanged
+
+
+def test_buffer_covers_the_upper_bound_within_min_and_max():
+    pol = policy(capacity_per_replica=1000, min_buffer=1, max_buffer=3)
+    component = obs(ready=2, waiting=8, kv=0.78)
+    result, _ = decide(component, pol, fc=forecast(1_800, upper=4_100))
+    assert (result.balloon_gangs, result.balloon_reason) == (3, Reason.BUFFER_FORECAST)
+    result, _ = decide(component, pol, fc=forecast(1_800, upper=9_000))
+    assert (result.balloon_gangs, result.balloon_reason) == (3, Reason.BUFFER_MAX)
+    result, _ = decide(component, pol, fc=forecast(1_000, upper=1_000))
+    assert (result.balloon_gangs, result.balloon_reason) == (1, Reason.BUFFER_MIN)
+    result, _ = decide(component, pol)
+    assert (result.balloon_gangs, result.balloon_reason) == (1, Reason.BUFFER_NO_FORECAST)
+
+
+# --- partial and starting gangs -------------------------------------------------------
+
+
+def gangs_with(*states: tuple[int, int, float | None]) -> tuple[GangStatus, ...]:
+    """(pods_scheduled, pods_ready, not_ready_since) per group of 2 pods."""
+    return tuple(GangStatus(i, 2, s, r, since) for i, (s, r, since) in enumerate(states))
+
+
+def test_partial_gang_past_its_timeout_is_scaled_away_with_its_reason():
+    component = obs(
+        ready=2,
+        spec=3,
+        waiting=8,
+        kv=0.78,
+        gangs=gangs_with((2, 2, None), (2, 2, None), (1, 0, NOW - 700)),
+    )
+    result, _ = decide(component, policy(gang_timeout="10m"))
+    assert result.desired_gangs == 2
+    assert result.reason is Reason.PARTIAL_GANG_ROLLED_BACK
+    assert result.rolled_back_groups == (2,)
+
+
+def test_partial_gang_within_its_timeout_stays():
+    component = obs(
+        ready=2,
+        spec=3,
+        waiting=8,
+        kv=0.78,
+        gangs=gangs_with((2, 2, None), (2, 2, None), (1, 0, NOW - 100)),
+    )
+    result, _ = decide(component, policy(gang_timeout="10m"))
+    assert result.desired_gangs == 3
+    assert result.rolled_back_groups == ()
+
+
+def test_timed_out_gang_below_the_desired_count_is_reported_stuck_not_removed():
+    component = obs(
+        ready=2,
+        spec=3,
+        waiting=8,
+        kv=0.78,
+        gangs=gangs_with((1, 0, NOW - 900), (2, 2, None), (2, 2, None)),
+    )
+    result, _ = decide(component, policy(gang_timeout="10m"))
+    assert result.desired_gangs == 3
+    assert result.stuck_groups == (0,)
+    assert result.rolled_back_groups == ()
+
+
+@pytest.mark.parametrize(
+    ("waiting", "expected_gangs", "expected_reason"),
+    [
+        pytest.param(16, 3, Reason.HOLD_GANGS_STARTING, id="same-need-does-not-stack"),
+        pytest.param(24, 5, Reason.SCALE_UP_RATE_LIMITED, id="need-grew-scales-up"),
+    ],
+)
+def test_no_scale_up_stacks_on_starting_gangs_unless_the_need_grew(
+    waiting, expected_gangs, expected_reason
+):
+    component = obs(
+        ready=2,
+        spec=3,
+        waiting=waiting,
+        kv=0.5,
+        gangs=gangs_with((2, 2, None), (2, 2, None), (2, 0, NOW - 60)),
+    )
+    memory = ComponentMemory(last_scale_up_need=3)
+    result, _ = decide(component, policy(), memory=memory)
+    assert result.desired_gangs == expected_gangs
+    assert result.reason is expected_reason
+
+
+# --- fit ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("nodes", "gang_shape", "expected_gangs"),
+    [
+        pytest.param(
+            (node("a", gpus=4), node("b", gpus=4)),
+            shape(pods_per_gang=2, gpus=8),
+            1,
+            id="two-8-gpu-pods-do-not-fit-two-nodes-with-4-free-each",
+        ),
+        pytest.param(
+            (node("a", gpus=8), node("b", gpus=8)),
+            shape(pods_per_gang=2, gpus=8),
+            2,
+            id="two-8-gpu-pods-fit-two-empty-nodes",
+        ),
+        pytest.param(
+            (node("a", gpus=8, zone="z1"), node("b", gpus=8, zone="z2")),
+            shape(pods_per_gang=2, gpus=8, topology_key="zone"),
+            1,
+            id="one-gang-needs-one-topology-domain",
+        ),
+        pytest.param(
+            (node("a", gpus=8, zone="z1"), node("b", gpus=8, zone="z1")),
+            shape(pods_per_gang=2, gpus=8, topology_key="zone"),
+            2,
+            id="same-domain-fits",
+        ),
+    ],
+)
+def test_scale_up_is_capped_at_what_fits_when_the_cluster_cannot_grow(
+    nodes, gang_shape, expected_gangs
+):
+    component = obs(ready=1, waiting=40, kv=0.5, gang_shape=gang_shape)
+    result, _ = decide(component, policy(), nodes=nodes, can_grow=False)
+    assert result.desired_gangs == expected_gangs
+    if expected_gangs == 1:
+        assert result.reason is Reason.CAPACITY_SHORT
+
+
+def test_scale_up_beyond_fit_is_still_requested_when_the_cluster_can_grow():
+    component = obs(ready=1, waiting=40, kv=0.5)
+    result, _ = decide(component, policy(), nodes=(node("a", gpus=4),), can_grow=True)
+    assert result.desired_gangs == 3
+    assert any("wait for nodes" in s.detail for s in result.steps if s.stage == "fit")
+
+
+# --- deployment coupling -------------------------------------------------------------------
+
+
+def pd(prefill, decode, *, prefill_policy=None, decode_policy=None, **kw):
+    """Plan a PD deployment `chat` from two observations (lws names chat-p / chat-d)."""
+    p_pol = prefill_policy or policy(deployment="chat", component="prefill")
+    d_pol = decode_policy or policy(deployment="chat", component="decode")
+    the_plan, _ = plan(
+        observations(prefill, decode, nodes=kw.get("nodes", ()), can_grow=kw.get("can_grow", True)),
+        {prefill.key: p_pol, decode.key: d_pol},
+        {},
+        kw.get("memory", Memory()),
+        now=NOW,
+    )
+    return the_plan.components[prefill.key], the_plan.components[decode.key]
+
+
+def test_pd_deployment_never_keeps_prefill_without_decode():
+    zero_ok = {"deployment": "chat", "min_replicas": 0, "scale_down_window": "0s"}
+    p, d = pd(
+        obs("chat-p", ready=2, waiting=8, kv=0.78),
+        obs("chat-d", ready=1, waiting=0, kv=0.0),
+        prefill_policy=policy(component="prefill", **zero_ok),
+        decode_policy=policy(component="decode", **zero_ok),
+    )
+    assert p.desired_gangs == 2
+    assert d.desired_gangs == 1
+    assert d.reason is Reason.DEPLOYMENT_MINIMUM
+
+
+def test_pd_deployment_goes_to_zero_only_as_a_whole():
+    zero_ok = {"deployment": "chat", "min_replicas": 0, "scale_down_window": "0s"}
+    p, d = pd(
+        obs("chat-p", ready=1, waiting=0, kv=0.0),
+        obs("chat-d", ready=1, waiting=0, kv=0.0),
+        prefill_policy=policy(component="prefill", **zero_ok),
+        decode_policy=policy(component="decode", **zero_ok),
+    )
+    assert (p.desired_gangs, d.desired_gangs) == (0, 0)
+    assert ("coupling", Reason.DEPLOYMENT_AT_ZERO) in [(s.stage, s.reason) for s in p.steps]
+
+
+def test_short_cluster_gives_one_of_each_before_a_second_of_either():
+    # Only 2 more gangs fit (two 2x8-GPU gangs on four 8-GPU nodes); both components want 2.
+    nodes = tuple(node(f"n{i}") for i in range(4))
+    p, d = pd(
+        obs("chat-p", ready=0, spec=0, waiting=20, kv=None, gangs=()),
+        obs("chat-d", ready=0, spec=0, waiting=20, kv=None, gangs=()),
+        nodes=nodes,
+        can_grow=False,
+    )
+    assert (p.desired_gangs, d.desired_gangs) == (1, 1)
+    assert p.reason is Reason.CAPACITY_SHORT
+
+
+def test_short_cluster_never_starts_half_a_deployment():
+    nodes = (node("n0"), node("n1"))  # room for one 2x8-GPU gang only
+    p, d = pd(
+        obs("chat-p", ready=0, spec=0, waiting=20, kv=None, gangs=()),
+        obs("chat-d", ready=0, spec=0, waiting=20, kv=None, gangs=()),
+        nodes=nodes,
+        can_grow=False,
+    )
+    assert (p.desired_gangs, d.desired_gangs) == (0, 0)
+
+
+def test_ratio_band_raises_the_short_side():
+    band = {"deployment": "chat", "prefill_decode_ratio": "1:2-1:4", "max_scale_up": 10}
+    p, d = pd(
+        obs("chat-p", ready=1, waiting=4, kv=0.8),
+        obs("chat-d", ready=2, waiting=40, kv=0.5),
+        prefill_policy=policy(component="prefill", **band),
+        decode_policy=policy(component="decode", **band),
+    )
+    assert d.desired_gangs == 10
+    assert p.desired_gangs == 3  # 3 / 10 is inside [1/4, 1/2]
+    assert p.reason is Reason.RATIO_BAND
+
+
+def test_a_component_without_a_valid_policy_holds():
+    component = obs(ready=2, waiting=100, kv=0.99)
+    the_plan, _ = plan(observations(component), {}, {}, Memory(), now=NOW)
+    result = the_plan.components[component.key]
+    assert result.hold
+    assert result.desired_gangs == 2
+    assert result.reason is Reason.HOLD_POLICY_ERROR
+
+
+def test_a_deployment_with_two_prefill_components_holds_all_of_them():
+    a = obs("chat-a", ready=1, waiting=100, kv=0.9)
+    b = obs("chat-b", ready=1, waiting=100, kv=0.9)
+    pol = policy(deployment="chat", component="prefill")
+    the_plan, _ = plan(observations(a, b), {a.key: pol, b.key: pol}, {}, Memory(), now=NOW)
+    for key in (a.key, b.key):
+        assert the_plan.components[key].hold
+        assert "2 LWS claim it" in the_plan.components[key].detail
+
+
+def test_every_step_is_recorded_with_a_reason():
+    result, _ = decide(obs(ready=1, waiting=40, kv=0.5), policy())
+    stages = [s.stage for s in result.steps]
+    assert stages[0] == "reactive"
+    assert "rate_limit" in stages
+    assert stages[-1] == "buffer"
+    assert all(isinstance(s.reason, Reason) for s in result.steps)
+
+
+def test_memory_is_a_new_value_and_the_input_is_untouched():
+    memory = Memory({KEY: ComponentMemory(proposals=((NOW - 10, 2),))})
+    before = replace(memory.of(KEY))
+    plan(observations(obs(ready=2, waiting=30)), {KEY: policy()}, {}, memory, now=NOW)
+    assert memory.of(KEY) == before
