@@ -63,12 +63,12 @@ class BacktestReport:
             "default_model": self.default_model,
             "models": {
                 name: {
-                    "mase": score.mase,
-                    "smape": score.smape,
-                    "ratio_vs_persistence": score.ratio_vs_persistence,
-                    "ratio_vs_seasonal_naive": score.ratio_vs_seasonal_naive,
-                    "coverage": score.coverage,
-                    "fit_seconds_median": score.fit_seconds_median,
+                    "mase": _finite_or_none(score.mase),
+                    "smape": _finite_or_none(score.smape),
+                    "ratio_vs_persistence": _finite_or_none(score.ratio_vs_persistence),
+                    "ratio_vs_seasonal_naive": _finite_or_none(score.ratio_vs_seasonal_naive),
+                    "coverage": _finite_or_none(score.coverage),
+                    "fit_seconds_median": _finite_or_none(score.fit_seconds_median),
                 }
                 for name, score in self.models.items()
             },
@@ -196,6 +196,11 @@ def _run_model(
             point[k], upper[k] = result.point, result.upper
             fell_back[k] = result.fallback_reason is not None
     return _Run(point=point, upper=upper, fell_back=fell_back, fit_seconds=tuple(fit_seconds))
+
+
+def _finite_or_none(value: float) -> float | None:
+    # JSON has no Inf or NaN; an undefined score (a zero baseline error) is null.
+    return value if math.isfinite(value) else None
 
 
 def _naive_scale(values: FloatArray) -> float:

@@ -56,7 +56,7 @@ def resolve_trace(name_or_path: str, *, traces_dir: Path | None = None) -> Path:
         candidate = directory / f"{name_or_path}{suffix}"
         if candidate.is_file():
             return candidate
-    known = sorted(p.stem for p in directory.glob("*.csv")) if directory.is_dir() else []
+    known = sorted(_short_name(p) for p in directory.glob("*.csv")) if directory.is_dir() else []
     raise TraceFormatError(
         f"no trace file {name_or_path!r} and no shared trace of that name in {directory}"
         + (f"; shared traces: {', '.join(known)}" if known else "")
@@ -70,7 +70,7 @@ def load_trace(name_or_path: str, *, traces_dir: Path | None = None) -> Trace:
             header = tuple(next(csv.reader(handle), ()))
     except (OSError, UnicodeDecodeError) as err:
         raise TraceFormatError(f"cannot read {path}: {err}") from err
-    name = path.stem.removesuffix("_600s").removesuffix("_1s")
+    name = _short_name(path)
     try:
         if header[: len(SERVEGEN_COLUMNS)] == SERVEGEN_COLUMNS:
             series, step_s = _servegen(path)
@@ -87,6 +87,10 @@ def load_trace(name_or_path: str, *, traces_dir: Path | None = None) -> Trace:
     except (ValueError, KeyError, pd.errors.ParserError) as err:
         raise TraceFormatError(f"{path}: {err}") from err
     return Trace(name=name, series=series, native_step_s=step_s, source=path)
+
+
+def _short_name(path: Path) -> str:
+    return path.stem.removesuffix("_600s").removesuffix("_1s")
 
 
 def _regular_step(t_seconds: np.ndarray, path: Path) -> float:
