@@ -1,0 +1,121 @@
+"""Render the chart with Helm's own engine (helm-python-sdk, libhelm_c: no helm binary)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import helm_python as helm
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+CHART_DIR = REPO / "charts" / "gang-autoscaler"
+RELEASE = "ga"
+NAMESPACE = "gang-system"
+
+# A values set that flips every switch away from its default.
+NON_DEFAULT_VALUES: dict[str, Any] = {
+    "replicaCount": 3,
+    "image": {"repository": "registry.example/ga", "tag": "1.2.3", "pullPolicy": "Always"},
+    "imagePullSecrets": [{"name": "registry-credentials"}],
+    "fullnameOverride": "autoscaler",
+    "logLevel": "DEBUG",
+    "logFormat": "text",
+    "prometheus": {
+        "url": "https://prometheus.observability.svc:9091",
+        "timeout": "5s",
+        "stalenessLimit": "90s",
+        "backfillDays": 3,
+        "queries": {
+            "waiting": "sum by (namespace, pod) (sglang:num_queue_reqs)",
+            "running": "sum by (namespace, pod) (sglang:num_running_reqs)",
+            "kvCache": "max by (namespace, pod) (sglang:token_usage)",
+            "prefillDemand": "sum by (namespace, pod) (rate(sglang:prompt_tokens_total[2m]))",
+            "decodeDemand": "sum by (namespace, pod) (rate(sglang:generation_tokens_total[2m]))",
+        },
+    },
+    "tick": "30s",
+    "namespaces": ["serving", "batch-inference"],
+    "dryRun": True,
+    "clusterCanGrow": False,
+    "buffer": {"minGangs": 1, "maxGangs": 4},
+    "leaderElection": {"leaseName": "autoscaler-leader", "leaseDuration": "20s"},
+    "balloonPriorityClass": {"create": False, "value": -5},
+    "serviceAccount": {
+        "create": True,
+        "name": "autoscaler-sa",
+        "annotations": {"example.com/role": "x"},
+    },
+    "httpPort": 9090,
+    "service": {"type": "ClusterIP", "port": 80, "annotations": {"a": "b"}},
+    "serviceMonitor": {
+        "enabled": True,
+        "interval": "15s",
+        "scrapeTimeout": "5s",
+        "labels": {"release": "kube-prometheus-stack"},
+    },
+    "podDisruptionBudget": {"enabled": False, "minAvailable": 1},
+    "dashboards": {
+        "enabled": True,
+        "label": "grafana_dashboard",
+        "labelValue": "1",
+        "namespace": "monitoring",
+        "annotations": {"grafana_folder": "LLM serving"},
+    },
+    "resources": {"requests": {"cpu": "200m", "memory": "512Mi"}, "limits": {"memory": "2Gi"}},
+    "podAnnotations": {"example.com/scrape": "false"},
+    "podLabels": {"team": "inference"},
+    "nodeSelector": {"kubernetes.io/os": "linux"},
+    "tolerations": [
+        {"key": "dedicated", "operator": "Equal", "value": "ops", "effect": "NoSchedule"}
+    ],
+    "affinity": {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["ops"]}]}
+                ]
+            }
+        }
+    },
+    "priorityClassName": "system-cluster-critical",
+}
+
+VALUE_SETS = {"default": None, "non-default": NON_DEFAULT_VALUES}
+
+
+@pytest.fixture(scope="session")
+def chart() -> Iterator[helm.Chart]:
+    with helm.Chart.load(CHART_DIR) as loaded:
+        yield loaded
+
+
+def render_objects(chart: helm.Chart, values: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """Every Kubernetes object the chart renders (NOTES.txt excluded)."""
+    manifests = chart.render(values=values, name=RELEASE, namespace=NAMESPACE, is_install=True)
+    objects: list[dict[str, Any]] = []
+    for path, text in sorted(manifests.items()):
+        if path.endswith("NOTES.txt"):
+            continue
+        for document in yaml.safe_load_all(text):
+            if document is not None:
+                objects.append(document)
+    return objects
+
+
+def render_notes(chart: helm.Chart, values: dict[str, Any] | None) -> str:
+    manifests = chart.render(values=values, name=RELEASE, namespace=NAMESPACE, is_install=True)
+    return next(text for path, text in manifests.items() if path.endswith("NOTES.txt"))
+
+
+@pytest.fixture(scope="session", params=sorted(VALUE_SETS), ids=sorted(VALUE_SETS))
+def rendered(request: pytest.FixtureRequest, chart: helm.Chart) -> list[dict[str, Any]]:
+    return render_objects(chart, VALUE_SETS[request.param])
+
+
+def one(objects: list[dict[str, Any]], kind: str, suffix: str = "") -> dict[str, Any]:
+    found = [o for o in objects if o["kind"] == kind and o["metadata"]["name"].endswith(suffix)]
+    assert len(found) == 1, f"expected one {kind} *{suffix}, found {len(found)}"
+    return found[0]

@@ -1,0 +1,296 @@
+"""The Helm chart: lint, strict Kubernetes schemas, values schema, hardening, settings."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import helm_python as helm
+import kubernetes_validate
+import pytest
+import yaml
+
+from autoscaler.service.settings import (
+    PrometheusQueries,
+    RunSettings,
+    build_run_parser,
+    load_settings,
+)
+from tests.charts.conftest import (
+    CHART_DIR,
+    NAMESPACE,
+    NON_DEFAULT_VALUES,
+    REPO,
+    one,
+    render_notes,
+    render_objects,
+)
+
+# Kinds defined by CRDs: kubernetes-validate ships only the built-in API's schemas, so these
+# (and only these) skip schema validation.
+CRD_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor")}
+KUBE_VERSIONS = ("1.30.0", kubernetes_validate.latest_version())
+
+
+@pytest.mark.parametrize("kube_version", KUBE_VERSIONS)
+@pytest.mark.parametrize("values", [None, NON_DEFAULT_VALUES], ids=["default", "non-default"])
+def test_lint_has_no_errors_or_warnings(kube_version: str, values: dict[str, Any] | None) -> None:
+    report = helm.lint(CHART_DIR, values, strict=True, kube_version=f"v{kube_version}")
+    assert report["errors"] == []
+    problems = [m for m in report["messages"] if m["severity"] >= 2]
+    assert problems == []
+
+
+@pytest.mark.parametrize("kube_version", KUBE_VERSIONS)
+def test_every_object_is_valid_for_the_kubernetes_api(
+    rendered: list[dict[str, Any]], kube_version: str
+) -> None:
+    skipped = set()
+    for obj in rendered:
+        if (obj["apiVersion"], obj["kind"]) in CRD_KINDS:
+            skipped.add((obj["apiVersion"], obj["kind"]))
+            continue
+        try:
+            kubernetes_validate.validate(obj, kube_version, strict=True)
+        except kubernetes_validate.ValidationError as err:
+            pytest.fail(f"{obj['kind']}/{obj['metadata']['name']} ({kube_version}): {err.message}")
+    assert skipped <= CRD_KINDS
+
+
+def test_kube_version_range_includes_the_newest_schema() -> None:
+    # The newest schema kubernetes-validate ships must be one the chart says it supports.
+    chart = yaml.safe_load((CHART_DIR / "Chart.yaml").read_text())
+    assert chart["kubeVersion"] == ">=1.28.0-0"
+    assert tuple(int(p) for p in KUBE_VERSIONS[-1].split(".")[:2]) >= (1, 30)
+
+
+def test_non_default_values_render_the_optional_objects(chart: helm.Chart) -> None:
+    objects = render_objects(chart, NON_DEFAULT_VALUES)
+    kinds = {o["kind"] for o in objects}
+    assert "ServiceMonitor" in kinds
+    assert "PodDisruptionBudget" not in kinds
+    assert "PriorityClass" not in kinds
+    monitor = one(objects, "ServiceMonitor")
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert monitor["spec"]["endpoints"][0]["honorLabels"] is True
+    assert monitor["spec"]["endpoints"][0]["path"] == "/metrics"
+    dashboards = one(objects, "ConfigMap", "-dashboards")
+    assert dashboards["metadata"]["namespace"] == "monitoring"
+    assert dashboards["metadata"]["annotations"] == {"grafana_folder": "LLM serving"}
+
+
+def test_default_values_render_pdb_and_balloon_priority_class(chart: helm.Chart) -> None:
+    objects = render_objects(chart, None)
+    assert "ServiceMonitor" not in {o["kind"] for o in objects}
+    pdb = one(objects, "PodDisruptionBudget")
+    assert pdb["spec"]["minAvailable"] == 1
+    priority = one(objects, "PriorityClass")
+    assert priority["metadata"]["name"] == "gang-autoscaler-balloon"  # contract with the service
+    assert priority["value"] == -5
+    assert priority["globalDefault"] is False
+
+
+def test_deployment_is_hardened_and_probed(rendered: list[dict[str, Any]]) -> None:
+    deployment = one(rendered, "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    assert deployment["spec"]["replicas"] >= 2
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    (container,) = pod["containers"]
+    security = container["securityContext"]
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"] == {"drop": ["ALL"]}
+    assert security["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["resources"]["requests"]["memory"]
+    assert container["resources"]["limits"]["memory"]
+    # The service account that the RBAC binds is the one the pod runs as.
+    binding = one(rendered, "ClusterRoleBinding")
+    assert binding["subjects"][0]["name"] == pod["serviceAccountName"]
+    assert binding["subjects"][0]["namespace"] == NAMESPACE
+
+
+def test_metrics_service_selects_the_pods(rendered: list[dict[str, Any]]) -> None:
+    deployment = one(rendered, "Deployment")
+    service = one(rendered, "Service")
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= labels.items()
+    (port,) = service["spec"]["ports"]
+    assert port["targetPort"] == "http"
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert any(p["name"] == "http" for p in container["ports"])
+
+
+def test_dashboards_configmap_carries_the_repository_dashboards(
+    rendered: list[dict[str, Any]],
+) -> None:
+    configmap = one(rendered, "ConfigMap", "-dashboards")
+    assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"
+    shipped = {path.name: path.read_text() for path in (REPO / "dashboards").glob("*.json")}
+    assert len(shipped) >= 2
+    assert set(configmap["data"]) == set(shipped)
+    for name, text in shipped.items():
+        assert json.loads(configmap["data"][name]) == json.loads(text), name
+
+
+def test_notes_tell_how_to_opt_in(chart: helm.Chart) -> None:
+    notes = render_notes(chart, NON_DEFAULT_VALUES)
+    assert 'gang-autoscaler.io/enabled="true"' in notes
+    assert "gang-autoscaler.io/component=prefill" in notes
+    assert "DRY RUN" in notes
+    assert "serving, batch-inference" in notes
+    assert "DRY RUN" not in render_notes(chart, None)
+
+
+# -- values.schema.json -----------------------------------------------------------------------
+
+
+def _with(path: str, value: Any) -> dict[str, Any]:
+    values = copy.deepcopy(NON_DEFAULT_VALUES)
+    *parents, leaf = path.split(".")
+    node = values
+    for key in parents:
+        node = node[key]
+    node[leaf] = value
+    return values
+
+
+BAD_VALUES = [
+    pytest.param(_with("tick", "15"), id="tick-without-unit"),
+    pytest.param(_with("tick", 15), id="tick-as-number"),
+    pytest.param(_with("prometheus.url", "prometheus:9090"), id="url-without-scheme"),
+    pytest.param(
+        _with("prometheus.queries.waiting", "sum(vllm:num_requests_waiting)"), id="query-drops-pod"
+    ),
+    pytest.param(
+        _with("prometheus.queries.extra", "sum by (namespace, pod) (x)"), id="unknown-query"
+    ),
+    pytest.param(_with("namespaces", "serving"), id="namespaces-not-a-list"),
+    pytest.param(_with("namespaces", ["Serving_NS"]), id="namespace-not-dns-label"),
+    pytest.param(_with("dryRun", "yes"), id="dry-run-not-boolean"),
+    pytest.param(_with("logFormat", "xml"), id="log-format-unknown"),
+    pytest.param(_with("buffer.minGangs", -1), id="negative-buffer"),
+    pytest.param(_with("balloonPriorityClass.value", -10), id="balloon-at-expendable-cutoff"),
+    pytest.param(_with("balloonPriorityClass.value", 0), id="balloon-not-below-workloads"),
+    pytest.param(_with("httpPort", 80), id="privileged-port"),
+    pytest.param(_with("replicaCount", 0), id="no-replicas"),
+    pytest.param(_with("serviceMonitor.interval", "soon"), id="bad-scrape-interval"),
+    pytest.param(_with("tickInterval", "15s"), id="unknown-top-level-key"),
+]
+
+
+@pytest.mark.parametrize("values", BAD_VALUES)
+def test_values_schema_rejects_bad_values(chart: helm.Chart, values: dict[str, Any]) -> None:
+    with pytest.raises(helm.HelmValuesError):
+        chart.validate_schema(values)
+    # and an install of those values fails before anything is rendered
+    with pytest.raises(helm.HelmError):
+        chart.render(values=values, name="ga", namespace=NAMESPACE, is_install=True)
+
+
+@pytest.mark.parametrize("values", [None, NON_DEFAULT_VALUES], ids=["default", "non-default"])
+def test_values_schema_accepts_good_values(
+    chart: helm.Chart, values: dict[str, Any] | None
+) -> None:
+    chart.validate_schema(values)
+
+
+def test_values_schema_covers_every_value() -> None:
+    schema = json.loads((CHART_DIR / "values.schema.json").read_text())
+    values = yaml.safe_load((CHART_DIR / "values.yaml").read_text())
+
+    def walk(node: dict[str, Any], props: dict[str, Any], where: str) -> None:
+        assert props.get("additionalProperties") is not True, where
+        for key, value in node.items():
+            assert key in props["properties"], f"{where}{key} has no schema"
+            sub = props["properties"][key]
+            if isinstance(value, dict) and "properties" in sub:
+                walk(value, sub, f"{where}{key}.")
+
+    walk(values, schema, "")
+    assert schema["additionalProperties"] is False
+
+
+def test_chart_defaults_match_the_service_defaults(chart: helm.Chart) -> None:
+    values = chart.values
+    defaults = PrometheusQueries()
+    queries = values["prometheus"]["queries"]
+    assert queries == {
+        "waiting": defaults.waiting,
+        "running": defaults.running,
+        "kvCache": defaults.kv_cache,
+        "prefillDemand": defaults.prefill_demand,
+        "decodeDemand": defaults.decode_demand,
+    }
+    fields = RunSettings.model_fields
+    assert values["httpPort"] == fields["http_port"].default
+    assert values["prometheus"]["backfillDays"] == fields["backfill_days"].default
+    assert values["buffer"] == {"minGangs": 0, "maxGangs": 2}  # DESIGN section 5 defaults
+
+
+# -- the settings the service receives --------------------------------------------------------
+
+
+def _settings_from_rendered(objects: list[dict[str, Any]], tmp_path: Path) -> RunSettings:
+    """Parse the Deployment's `run` args with the service's own parser and load the settings
+    with the rendered config file, as the container would. (test_run_flags.py checks the
+    same args against the installed CLI's --help.)"""
+    deployment = one(objects, "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    args: list[str] = container["args"]
+    config = one(objects, "ConfigMap", "-config")["data"]["config.yaml"]
+    config_path = tmp_path / "config.yaml"
+    config_path.write_text(config)
+    assert f"--config=/etc/gang-autoscaler/{config_path.name}" in args
+    run_args = [
+        f"--config={config_path}" if arg.startswith("--config=") else arg
+        for arg in args[args.index("run") + 1 :]
+    ]
+    return load_settings(build_run_parser().parse_args(run_args))
+
+
+def _clear_settings_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in [n for n in os.environ if n.startswith("GANG_AUTOSCALER_")]:
+        monkeypatch.delenv(name)
+
+
+def test_default_values_give_valid_service_settings(
+    chart: helm.Chart, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _clear_settings_env(monkeypatch)
+    settings = _settings_from_rendered(render_objects(chart, None), tmp_path)
+    assert settings.prometheus_url == "http://prometheus-operated.monitoring.svc:9090"
+    assert settings.tick_s == 15.0
+    assert settings.namespaces == ()
+    assert settings.dry_run is False
+    assert settings.lease_namespace == NAMESPACE
+    assert settings.log_format == "json"
+    assert settings.queries == PrometheusQueries()
+
+
+def test_non_default_values_reach_the_service(
+    chart: helm.Chart, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _clear_settings_env(monkeypatch)
+    settings = _settings_from_rendered(render_objects(chart, NON_DEFAULT_VALUES), tmp_path)
+    v = NON_DEFAULT_VALUES
+    assert settings.prometheus_url == v["prometheus"]["url"]
+    assert settings.tick_s == 30.0
+    assert settings.namespaces == ("serving", "batch-inference")
+    assert settings.dry_run is True
+    assert settings.http_port == 9090
+    assert settings.log_format == "text"
+    assert settings.prometheus_timeout_s == 5.0
+    assert settings.staleness_limit_s == 90.0
+    assert settings.backfill_days == 3
+    assert settings.cluster_can_grow is False
+    assert settings.lease_name == "autoscaler-leader"
+    assert settings.lease_duration_s == 20.0
+    assert settings.buffer.min_gangs == 1 and settings.buffer.max_gangs == 4
+    assert settings.queries.kv_cache == v["prometheus"]["queries"]["kvCache"]
+    assert settings.queries.decode_demand == v["prometheus"]["queries"]["decodeDemand"]
