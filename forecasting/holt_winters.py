@@ -46,7 +46,7 @@ class HoltWinters(GridForecaster):
 
     def _fit_windows(self, values: FloatArray) -> None:
         observed = self._require_history(values, min_windows=2 * self.season_windows)
-        if float(np.ptp(observed)) <= 1e-9 * max(1.0, float(np.max(np.abs(observed)))):
+        if float(np.ptp(observed)) <= 1e-9 * float(np.max(np.abs(observed))):
             raise FlatSeries(f"all {observed.size} observed windows equal {observed[0]:g}")
         filled = pd.Series(values).interpolate(limit_direction="both").to_numpy()
         model = ExponentialSmoothing(

@@ -90,7 +90,8 @@ class WindowAccumulator:
     Keeps the sums of windows not yet closed, so observations may arrive one at a time (a
     control-loop tick) or in batches (a back-fill). Observations for a window that has
     already closed are dropped and counted in `late_observations`: a closed window has been
-    handed to a model and cannot be revised.
+    handed to a model and cannot be revised. That includes a second observation at exactly
+    the end of a window that an earlier call already closed.
     """
 
     def __init__(self, *, step_s: float) -> None:

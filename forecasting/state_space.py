@@ -46,7 +46,7 @@ class DailyStateSpace(GridForecaster):
         self._results = None
         # Two days so the daily cycle is seen twice, not just once.
         observed = self._require_history(values, min_windows=2 * self.season_windows)
-        if float(np.ptp(observed)) <= 1e-9 * max(1.0, float(np.max(np.abs(observed)))):
+        if float(np.ptp(observed)) <= 1e-9 * float(np.max(np.abs(observed))):
             raise FlatSeries(f"all {observed.size} observed windows equal {observed[0]:g}")
         harmonics = min(self.harmonics, self.season_windows // 2)
         model = UnobservedComponents(

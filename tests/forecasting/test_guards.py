@@ -1,0 +1,142 @@
+"""Every guard, with real statsmodels fits on series cut from the shared ServeGen traces.
+
+Row numbers are rows of the CSV (0-based, header excluded); windows are 600 s.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from forecasting.grid import GridForecaster
+from forecasting.models import make_forecaster
+from forecasting.series import Series
+from tests.forecasting.traces import DAY_WINDOWS, STEP_S, servegen_cut, servegen_rates
+
+SEASONAL_MODELS = ["state_space", "holt_winters"]
+
+
+def fitted(name: str, history: Series) -> GridForecaster:
+    forecaster = make_forecaster(name, step_s=STEP_S)
+    forecaster.fit(history)
+    return forecaster
+
+
+def assert_sane(result) -> None:
+    assert result is not None
+    for value in (result.point, result.upper):
+        assert math.isfinite(value) and value >= 0
+    assert result.upper >= result.point
+
+
+@pytest.mark.parametrize("name", SEASONAL_MODELS)
+def test_model_fits_three_days_of_m_small_without_falling_back(name: str) -> None:
+    # Rows 0-431 (days 0-2) of servegen_m-small: the control case for the guards below.
+    forecaster = fitted(name, servegen_cut("m-small", 0, 3 * DAY_WINDOWS))
+    result = forecaster.forecast(1800)
+    assert_sane(result)
+    assert result.fallback_reason is None
+    assert result.upper > result.point
+
+
+@pytest.mark.parametrize("name", SEASONAL_MODELS)
+def test_short_history_falls_back_to_persistence(name: str) -> None:
+    # Rows 0-143 of servegen_m-small: one day, the model needs two.
+    history = servegen_cut("m-small", 0, DAY_WINDOWS)
+    result = fitted(name, history).forecast(1800)
+    assert_sane(result)
+    assert "needs at least 288" in result.fallback_reason
+    assert result.point == history.values[-1]
+
+
+@pytest.mark.parametrize("name", [*SEASONAL_MODELS, "persistence", "seasonal_naive"])
+def test_all_missing_history_gives_no_forecast(name: str) -> None:
+    # Rows 1410-1432 of servegen_m-mid: the longest run of all-zero (collection-gap) windows.
+    history = servegen_cut("m-mid", 1410, 1433)
+    assert np.isnan(history.values).all()
+    forecaster = fitted(name, history)
+    assert forecaster.forecast(1800) is None
+    assert "all 23 windows are missing" in forecaster.model_unavailable_reason
+
+
+@pytest.mark.parametrize("name", SEASONAL_MODELS)
+def test_history_ending_in_a_collection_gap_still_forecasts(name: str) -> None:
+    # Rows 1100-1432 of servegen_m-mid end with the 23-window gap at rows 1410-1432.
+    result = fitted(name, servegen_cut("m-mid", 1100, 1433)).forecast(1800)
+    assert_sane(result)
+
+
+@pytest.mark.parametrize("name", SEASONAL_MODELS)
+def test_nan_and_inf_values_are_treated_as_missing(name: str) -> None:
+    # Rows 0-431 of servegen_m-small with two values made +Inf and -Inf.
+    history = servegen_cut("m-small", 0, 3 * DAY_WINDOWS)
+    values = history.values.copy()
+    values[[100, 300]] = [math.inf, -math.inf]
+    forecaster = fitted(name, Series(history.timestamps_s, values))
+    result = forecaster.forecast(1800)
+    assert_sane(result)
+    assert result.fallback_reason is None
+    forecaster.update([history.timestamps_s[-1] + STEP_S], [math.inf])
+    assert_sane(forecaster.forecast(1800))
+
+
+@pytest.mark.parametrize("name", SEASONAL_MODELS)
+def test_flat_series_falls_back_with_the_reason(name: str) -> None:
+    # Timestamps of rows 0-431 of servegen_m-small, every value set to that span's median.
+    history = servegen_cut("m-small", 0, 3 * DAY_WINDOWS)
+    level = float(np.nanmedian(history.values))
+    result = fitted(name, Series(history.timestamps_s, np.full(len(history), level))).forecast(1800)
+    assert result.fallback_reason.startswith("all 432 observed windows equal")
+    assert result.point == result.upper == level
+
+
+def test_non_convergence_falls_back() -> None:
+    # Rows 0-431 of servegen_m-small scaled by 1e200: the optimizer cannot converge.
+    history = servegen_cut("m-small", 0, 3 * DAY_WINDOWS)
+    scaled = Series(history.timestamps_s, history.values * 1e200)
+    result = fitted("state_space", scaled).forecast(1800)
+    assert result.fallback_reason == "state-space fit did not converge"
+    assert_sane(result)
+
+
+def test_fit_that_raises_falls_back() -> None:
+    # Same cut scaled by 1e200: Holt-Winters' least-squares fit overflows and raises.
+    history = servegen_cut("m-small", 0, 3 * DAY_WINDOWS)
+    scaled = Series(history.timestamps_s, history.values * 1e200)
+    result = fitted("holt_winters", scaled).forecast(1800)
+    assert result.fallback_reason.startswith("Holt-Winters fit raised ValueError")
+    assert_sane(result)
+
+
+@pytest.mark.parametrize("name", SEASONAL_MODELS)
+def test_forecast_is_never_negative(name: str) -> None:
+    # Rows 0-719 of servegen_m-small shifted down by its 30th percentile and clipped at 0, so
+    # night troughs sit at zero and the models' raw forecasts dip below it.
+    rates = servegen_rates("m-small")[: 5 * DAY_WINDOWS]
+    shifted = np.clip(rates - np.nanpercentile(rates, 30), 0, None)
+    ends = (np.arange(shifted.size) + 1) * STEP_S
+    train = 3 * DAY_WINDOWS
+    forecaster = fitted(name, Series(ends[:train], shifted[:train]))
+    raw_negative = 0
+    for i in range(train, shifted.size):
+        forecaster.update([ends[i]], [shifted[i]])
+        raw_point, _ = forecaster._model_forecast(3)
+        raw_negative += raw_point < 0
+        assert_sane(forecaster.forecast(1800))
+    assert raw_negative > 0, "the cut should drive the raw model below zero"
+
+
+def test_seasonal_naive_without_a_day_of_history_falls_back() -> None:
+    # Rows 0-99 of servegen_m-small.
+    result = fitted("seasonal_naive", servegen_cut("m-small", 0, 100)).forecast(600)
+    assert "needs at least 144" in result.fallback_reason
+
+
+def test_seasonal_naive_uses_the_window_one_day_before_the_target() -> None:
+    history = servegen_cut("m-small", 0, 2 * DAY_WINDOWS)
+    result = fitted("seasonal_naive", history).forecast(1800)
+    # Target is 3 windows after the last (row 290); one day earlier is row 146.
+    assert result.point == history.values[2 * DAY_WINDOWS - 1 + 3 - DAY_WINDOWS]
+    assert result.fallback_reason is None
