@@ -1,0 +1,194 @@
+"""Defaulting, validation and admission of the built-in types the fake serves.
+
+Only what a client of the autoscaler would notice: pod defaults (scheduler name, requests
+defaulted from limits, priority resolved from the PriorityClass by the Priority admission
+plugin), the pod-spec immutability rule, PriorityClass value rules, namespace status.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import TYPE_CHECKING, Any
+
+from tests.harness.fake_kube import errors
+from tests.harness.fake_kube.errors import ApiError
+from tests.harness.fake_kube.quantity import parse_quantity
+from tests.harness.fake_kube.resources import ResourceType
+
+if TYPE_CHECKING:
+    from tests.harness.fake_kube.cluster import Cluster
+
+Obj = dict[str, Any]
+
+
+def admit_builtin(cluster: Cluster, rtype: ResourceType, obj: Obj, *, old: Obj | None) -> Obj:
+    if rtype.key == "/pods":
+        return _admit_pod(cluster, obj, old=old)
+    if rtype.key == "scheduling.k8s.io/priorityclasses":
+        return _admit_priority_class(cluster, obj, old=old)
+    if rtype.key == "/namespaces":
+        obj.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
+        obj.setdefault("status", {}).setdefault("phase", "Active")
+    return obj
+
+
+def _forbidden(plural: str, name: str, message: str) -> ApiError:
+    return ApiError(
+        403,
+        reason="Forbidden",
+        message=f'{plural} "{name}" is forbidden: {message}',
+        details={"name": name, "kind": plural},
+    )
+
+
+def _admit_pod(cluster: Cluster, obj: Obj, *, old: Obj | None) -> Obj:
+    name = obj["metadata"]["name"]
+    spec = obj.get("spec")
+    if not isinstance(spec, dict) or not spec.get("containers"):
+        raise errors.invalid("Pod", name, [("spec.containers", "Required value")])
+    if old is not None:
+        _check_pod_update(name, old_spec=old.get("spec") or {}, new_spec=spec)
+        return obj
+    problems: list[tuple[str, str]] = []
+    for index, container in enumerate(spec["containers"]):
+        for field in ("name", "image"):
+            if not container.get(field):
+                problems.append((f"spec.containers[{index}].{field}", "Required value"))
+        resources = container.setdefault("resources", {})
+        limits = resources.get("limits") or {}
+        requests = resources.setdefault("requests", {})
+        for resource, limit in limits.items():
+            # Defaulting copies a limit into a missing request, as the API server does.
+            requests.setdefault(resource, limit)
+        for resource, amount in {**requests, **limits}.items():
+            try:
+                parse_quantity(amount)
+            except ValueError as err:
+                problems.append(
+                    (f"spec.containers[{index}].resources.{resource}", f"Invalid value: {err}")
+                )
+        if not requests:
+            resources.pop("requests")
+    if problems:
+        raise errors.invalid("Pod", name, problems)
+    spec.setdefault("schedulerName", "default-scheduler")
+    spec.setdefault("restartPolicy", "Always")
+    spec.setdefault("terminationGracePeriodSeconds", 30)
+    spec.setdefault("dnsPolicy", "ClusterFirst")
+    _resolve_priority(cluster, name, spec)
+    obj["status"] = {"phase": "Pending", "qosClass": _qos_class(spec)}
+    return obj
+
+
+def _resolve_priority(cluster: Cluster, pod_name: str, spec: Obj) -> None:
+    """The Priority admission plugin: priority and preemptionPolicy come from the class."""
+    classes = cluster.store.items("scheduling.k8s.io/priorityclasses")
+    class_name = spec.get("priorityClassName")
+    if class_name:
+        chosen = next((c for c in classes if c["metadata"]["name"] == class_name), None)
+        if chosen is None:
+            raise _forbidden("pods", pod_name, f"no PriorityClass with name {class_name} was found")
+    else:
+        chosen = next((c for c in classes if c.get("globalDefault")), None)
+    value = chosen["value"] if chosen is not None else 0
+    if "priority" in spec and spec["priority"] != value:
+        raise _forbidden(
+            "pods",
+            pod_name,
+            f"the integer value of priority ({spec['priority']}) must not be provided in pod "
+            f"spec; priority admission controller computed {value} from the given "
+            "PriorityClass name",
+        )
+    spec["priority"] = value
+    if chosen is not None:
+        spec["priorityClassName"] = chosen["metadata"]["name"]
+        spec.setdefault("preemptionPolicy", chosen.get("preemptionPolicy", "PreemptLowerPriority"))
+    else:
+        spec.setdefault("preemptionPolicy", "PreemptLowerPriority")
+
+
+def _qos_class(spec: Obj) -> str:
+    containers = spec.get("containers") or []
+    all_resources = [c.get("resources") or {} for c in containers]
+    if not any(r.get("requests") or r.get("limits") for r in all_resources):
+        return "BestEffort"
+    guaranteed = all(
+        {"cpu", "memory"} <= set(r.get("limits") or {})
+        and all(
+            parse_quantity(r["requests"].get(k, r["limits"][k])) == parse_quantity(r["limits"][k])
+            for k in ("cpu", "memory")
+        )
+        for r in all_resources
+    )
+    return "Guaranteed" if guaranteed else "Burstable"
+
+
+def _mutable_view(spec: Obj) -> Obj:
+    view = copy.deepcopy(spec)
+    for key in ("activeDeadlineSeconds", "tolerations", "schedulingGates"):
+        view.pop(key, None)
+    for group in ("containers", "initContainers"):
+        for container in view.get(group) or []:
+            container.pop("image", None)
+    return view
+
+
+def _check_pod_update(name: str, *, old_spec: Obj, new_spec: Obj) -> None:
+    if _mutable_view(old_spec) != _mutable_view(new_spec):
+        raise errors.invalid(
+            "Pod",
+            name,
+            [
+                (
+                    "spec",
+                    "Forbidden: pod updates may not change fields other than "
+                    "`spec.containers[*].image`, `spec.initContainers[*].image`, "
+                    "`spec.activeDeadlineSeconds`, `spec.tolerations` (only additions to "
+                    "existing tolerations), `spec.schedulingGates`",
+                )
+            ],
+        )
+
+
+def _admit_priority_class(cluster: Cluster, obj: Obj, *, old: Obj | None) -> Obj:
+    name = obj["metadata"]["name"]
+    value = obj.get("value")
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise errors.invalid(
+            "PriorityClass", name, [("value", "Required value")], group="scheduling.k8s.io"
+        )
+    if old is not None and old.get("value") != value:
+        raise errors.invalid(
+            "PriorityClass",
+            name,
+            [("value", "Invalid value: field is immutable")],
+            group="scheduling.k8s.io",
+        )
+    if value > 1_000_000_000 and not name.startswith("system-"):
+        raise errors.invalid(
+            "PriorityClass",
+            name,
+            [("value", "Invalid value: must be no greater than 1000000000")],
+            group="scheduling.k8s.io",
+        )
+    if obj.get("globalDefault"):
+        others = [
+            c["metadata"]["name"]
+            for c in cluster.store.items("scheduling.k8s.io/priorityclasses")
+            if c.get("globalDefault") and c["metadata"]["name"] != name
+        ]
+        if others:
+            raise errors.invalid(
+                "PriorityClass",
+                name,
+                [
+                    (
+                        "globalDefault",
+                        f"Invalid value: PriorityClass {others[0]} is already "
+                        "marked as default. Only one default can exist",
+                    )
+                ],
+                group="scheduling.k8s.io",
+            )
+    obj.setdefault("preemptionPolicy", "PreemptLowerPriority")
+    return obj

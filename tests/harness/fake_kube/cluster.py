@@ -1,0 +1,612 @@
+"""The API server's semantics without HTTP: admission, versions, conflicts, GC and controllers.
+
+`Cluster` is what the HTTP handlers call and what tests arrange scenarios through. Every
+write that comes through the API runs the emulated controllers afterwards (garbage
+collector, LWS controller, scheduler) until nothing changes, unless `auto_reconcile` is off,
+in which case a test drives them with `reconcile()`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import datetime as dt
+import random
+import re
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from tests.harness.fake_kube import errors
+from tests.harness.fake_kube.crd import CustomResource, leaderworkerset_crd
+from tests.harness.fake_kube.errors import ApiError
+from tests.harness.fake_kube.patching import (
+    MERGE_PATCH,
+    STRATEGIC_MERGE_PATCH,
+    apply_patch,
+)
+from tests.harness.fake_kube.resources import BUILTIN_TYPES, Registry, ResourceType
+from tests.harness.fake_kube.selectors import (
+    fields_match,
+    labels_match,
+    parse_field_selector,
+    parse_label_selector,
+)
+from tests.harness.fake_kube.store import Obj, Store
+
+_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+_MAX_RECONCILE_ROUNDS = 50
+DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+
+
+def rfc3339(moment: dt.datetime) -> str:
+    return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def rfc3339_micro(moment: dt.datetime) -> str:
+    return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _get_path(obj: Any, path: tuple[str, ...]) -> Any:
+    for key in path:
+        if not isinstance(obj, dict):
+            return None
+        obj = obj.get(key)
+    return obj
+
+
+def _set_path(obj: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
+    for key in path[:-1]:
+        obj = obj.setdefault(key, {})
+    obj[path[-1]] = value
+
+
+def _without(obj: Obj, *keys: str) -> Obj:
+    return {k: v for k, v in obj.items() if k not in keys}
+
+
+class Cluster:
+    """State and semantics of the fake API server."""
+
+    def __init__(
+        self,
+        *,
+        history_limit: int = 1000,
+        auto_reconcile: bool = True,
+        pod_ready_delay_s: float | None = 0.0,
+        namespaces: tuple[str, ...] = DEFAULT_NAMESPACES,
+        clock: Callable[[], dt.datetime] | None = None,
+    ) -> None:
+        self.registry = Registry(BUILTIN_TYPES)
+        self.store = Store(history_limit=history_limit)
+        self.custom: dict[str, CustomResource] = {}
+        self.auto_reconcile = auto_reconcile
+        # 0: pods turn Ready when bound; > 0: that many seconds later (on the event loop);
+        # None: only when a test calls set_pod_ready().
+        self.pod_ready_delay_s = pod_ready_delay_s
+        self.clock = clock or (lambda: dt.datetime.now(dt.UTC))
+        self.request_log: list[tuple[str, str, str]] = []  # (method, path, content type)
+        self._reconciling = False
+        self.started_groups: set[str] = set()  # LWS controller memory: leader pod uids
+        self.preemptions: list[tuple[str, str]] = []  # (victim, preemptor) as "ns/name"
+        self._controllers: list[Callable[[Cluster], None]] = []
+        self.add_custom_resource(leaderworkerset_crd())
+        for name in namespaces:
+            self.create(self.registry.get("", "namespaces"), None, {"metadata": {"name": name}})
+
+    # -- types ---------------------------------------------------------------------------
+
+    def add_custom_resource(self, crd: CustomResource) -> None:
+        self.registry.add(crd.rtype)
+        self.custom[crd.rtype.key] = crd
+
+    def rtype(self, group: str, plural: str) -> ResourceType:
+        return self.registry.get(group, plural)
+
+    def add_controller(self, controller: Callable[[Cluster], None]) -> None:
+        """Run `controller(cluster)` on every reconcile pass, after the built-in ones."""
+        self._controllers.append(controller)
+
+    # -- reads ---------------------------------------------------------------------------
+
+    def get(self, rtype: ResourceType, namespace: str | None, name: str) -> Obj:
+        stored = self.store.get(rtype.key, namespace or "", name)
+        if stored is None:
+            raise errors.not_found(rtype.plural, name, group=rtype.group)
+        return self.present(rtype, stored)
+
+    def find(self, rtype: ResourceType, namespace: str | None, name: str) -> Obj | None:
+        stored = self.store.get(rtype.key, namespace or "", name)
+        return None if stored is None else self.present(rtype, stored)
+
+    def list_objects(
+        self,
+        rtype: ResourceType,
+        namespace: str | None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> list[Obj]:
+        labels = parse_label_selector(label_selector)
+        fields = parse_field_selector(field_selector, resource_key=rtype.key)
+        return [
+            self.present(rtype, obj)
+            for obj in self.store.items(rtype.key, namespace)
+            if labels_match(labels, obj["metadata"].get("labels")) and fields_match(fields, obj)
+        ]
+
+    def present(self, rtype: ResourceType, stored: Obj) -> Obj:
+        obj = copy.deepcopy(stored)
+        obj["apiVersion"] = rtype.api_version
+        obj["kind"] = rtype.kind
+        return obj
+
+    # -- writes --------------------------------------------------------------------------
+
+    def create(
+        self, rtype: ResourceType, namespace: str | None, body: Any, *, reconcile: bool = True
+    ) -> Obj:
+        if not isinstance(body, dict):
+            raise errors.bad_request("the body of a create must be a JSON object")
+        obj = copy.deepcopy(body)
+        self._check_type_fields(rtype, obj)
+        meta = obj.setdefault("metadata", {})
+        if not isinstance(meta, dict):
+            raise errors.bad_request("metadata must be an object")
+        if rtype.namespaced:
+            body_ns = meta.get("namespace")
+            if body_ns and namespace and body_ns != namespace:
+                raise errors.bad_request(
+                    "the namespace of the provided object does not match the namespace sent "
+                    "on the request"
+                )
+            namespace = namespace or body_ns
+            if not namespace:
+                raise errors.bad_request("a namespaced object needs a namespace")
+            meta["namespace"] = namespace
+            if self.store.get("/namespaces", "", namespace) is None:
+                raise errors.not_found("namespaces", namespace)
+        else:
+            meta.pop("namespace", None)
+        if meta.get("resourceVersion"):
+            raise ApiError(
+                500,
+                reason="InternalError",
+                message="resourceVersion should not be set on objects to be created",
+            )
+        if not meta.get("name"):
+            prefix = meta.get("generateName")
+            if not prefix:
+                raise errors.invalid(
+                    rtype.kind, "", [("metadata.name", "Required value: name or generateName")]
+                )
+            meta["name"] = prefix + "".join(random.choices(_GENERATE_ALPHABET, k=5))
+        name = meta["name"]
+        self._check_name(rtype, name)
+        if self.store.get(rtype.key, meta.get("namespace", ""), name) is not None:
+            raise errors.already_exists(rtype.plural, name, group=rtype.group)
+        for key in ("deletionTimestamp", "deletionGracePeriodSeconds", "managedFields"):
+            meta.pop(key, None)
+        meta["uid"] = str(uuid.uuid4())
+        meta["creationTimestamp"] = rfc3339(self.clock())
+        meta["generation"] = 1
+        if rtype.has_status:
+            # The status of a type with a status subresource is not settable on create.
+            obj.pop("status", None)
+        obj = self._admit(rtype, obj, old=None)
+        self.store.write(rtype.key, obj, change_type="ADDED")
+        created = self.get(rtype, meta.get("namespace"), name)
+        if reconcile:
+            self.after_write()
+        return created
+
+    def replace(
+        self,
+        rtype: ResourceType,
+        namespace: str | None,
+        name: str,
+        body: Any,
+        *,
+        subresource: str | None = None,
+        reconcile: bool = True,
+    ) -> Obj:
+        if not isinstance(body, dict):
+            raise errors.bad_request("the body of an update must be a JSON object")
+        current = self.store.get(rtype.key, namespace or "", name)
+        if current is None:
+            raise errors.not_found(rtype.plural, name, group=rtype.group)
+        self._check_type_fields(rtype, body)
+        meta = body.get("metadata") or {}
+        if meta.get("name") not in (None, name):
+            raise errors.bad_request(
+                f"the name of the object ({meta.get('name')}) does not match the name on the "
+                f"URL ({name})"
+            )
+        sent_rv = meta.get("resourceVersion")
+        if sent_rv:
+            if str(sent_rv) != current["metadata"]["resourceVersion"]:
+                raise errors.conflict(rtype.plural, name, group=rtype.group)
+        elif rtype.custom:
+            raise errors.invalid(
+                rtype.kind,
+                name,
+                [
+                    (
+                        "metadata.resourceVersion",
+                        "Invalid value: 0x0: must be specified for an update",
+                    )
+                ],
+                group=rtype.group,
+            )
+        updated = self._merge_update(rtype, current, copy.deepcopy(body), subresource=subresource)
+        result = self._commit_update(rtype, current, updated)
+        if reconcile:
+            self.after_write()
+        return result
+
+    def patch(
+        self,
+        rtype: ResourceType,
+        namespace: str | None,
+        name: str,
+        body: Any,
+        *,
+        content_type: str,
+        subresource: str | None = None,
+        reconcile: bool = True,
+    ) -> Obj:
+        current = self.store.get(rtype.key, namespace or "", name)
+        if current is None:
+            raise errors.not_found(rtype.plural, name, group=rtype.group)
+        base = self.present(rtype, current)
+        patched = apply_patch(base, body, content_type=content_type, custom=rtype.custom)
+        self._check_type_fields(rtype, patched)
+        meta = patched.get("metadata") or {}
+        if meta.get("name") != name or meta.get("namespace", "") != current["metadata"].get(
+            "namespace", ""
+        ):
+            raise errors.bad_request("a patch may not change the name or namespace")
+        # A patch is conditional only when it carries a resourceVersion of its own.
+        sent_rv = meta.get("resourceVersion")
+        if sent_rv and str(sent_rv) != current["metadata"]["resourceVersion"]:
+            raise errors.conflict(rtype.plural, name, group=rtype.group)
+        updated = self._merge_update(rtype, current, patched, subresource=subresource)
+        result = self._commit_update(rtype, current, updated)
+        if reconcile:
+            self.after_write()
+        return result
+
+    def delete(
+        self,
+        rtype: ResourceType,
+        namespace: str | None,
+        name: str,
+        *,
+        options: dict[str, Any] | None = None,
+        reconcile: bool = True,
+    ) -> Obj:
+        current = self.store.get(rtype.key, namespace or "", name)
+        if current is None:
+            raise errors.not_found(rtype.plural, name, group=rtype.group)
+        options = options or {}
+        preconditions = options.get("preconditions") or {}
+        uid = current["metadata"]["uid"]
+        if preconditions.get("uid") and preconditions["uid"] != uid:
+            raise ApiError(
+                409,
+                reason="Conflict",
+                message=(
+                    f"Precondition failed: UID in precondition: {preconditions['uid']}, "
+                    f"UID in object meta: {uid}"
+                ),
+            )
+        wanted_rv = preconditions.get("resourceVersion")
+        if wanted_rv and str(wanted_rv) != current["metadata"]["resourceVersion"]:
+            raise ApiError(
+                409,
+                reason="Conflict",
+                message=(
+                    f"Precondition failed: ResourceVersion in precondition: {wanted_rv}, "
+                    f"ResourceVersion in object meta: {current['metadata']['resourceVersion']}"
+                ),
+            )
+        if options.get("propagationPolicy") == "Orphan" or options.get("orphanDependents"):
+            self._orphan_dependents(uid)
+        final = self.store.delete(rtype.key, namespace or "", name)
+        assert final is not None
+        if rtype.key == "/namespaces":
+            self._delete_namespace_contents(name)
+        if reconcile:
+            self.after_write()
+        return self.present(rtype, final)
+
+    def delete_collection(
+        self,
+        rtype: ResourceType,
+        namespace: str | None,
+        *,
+        label_selector: str | None,
+        field_selector: str | None,
+        options: dict[str, Any] | None = None,
+    ) -> list[Obj]:
+        deleted = [
+            self.delete(
+                rtype,
+                obj["metadata"].get("namespace"),
+                obj["metadata"]["name"],
+                options=options,
+                reconcile=False,
+            )
+            for obj in self.list_objects(
+                rtype, namespace, label_selector=label_selector, field_selector=field_selector
+            )
+        ]
+        self.after_write()
+        return deleted
+
+    # -- /scale --------------------------------------------------------------------------
+
+    def get_scale(self, rtype: ResourceType, namespace: str | None, name: str) -> Obj:
+        if rtype.scale is None:
+            raise errors.not_found(f"{rtype.plural}/scale", name, group=rtype.group)
+        obj = self.get(rtype, namespace, name)
+        meta = obj["metadata"]
+        status: dict[str, Any] = {"replicas": _get_path(obj, rtype.scale.status_replicas) or 0}
+        if rtype.scale.label_selector is not None:
+            selector = _get_path(obj, rtype.scale.label_selector)
+            if selector:
+                status["selector"] = selector
+        return {
+            "kind": "Scale",
+            "apiVersion": "autoscaling/v1",
+            "metadata": {
+                key: meta[key]
+                for key in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
+                if key in meta
+            },
+            "spec": {"replicas": _get_path(obj, rtype.scale.spec_replicas) or 0},
+            "status": status,
+        }
+
+    def replace_scale(
+        self, rtype: ResourceType, namespace: str | None, name: str, body: Any
+    ) -> Obj:
+        if rtype.scale is None:
+            raise errors.not_found(f"{rtype.plural}/scale", name, group=rtype.group)
+        if not isinstance(body, dict):
+            raise errors.bad_request("the body of a scale update must be a Scale object")
+        current = self.get(rtype, namespace, name)
+        sent_rv = (body.get("metadata") or {}).get("resourceVersion")
+        if sent_rv and str(sent_rv) != current["metadata"]["resourceVersion"]:
+            raise errors.conflict(rtype.plural, name, group=rtype.group)
+        replicas = (body.get("spec") or {}).get("replicas", 0)
+        if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
+            raise errors.invalid(
+                "Scale",
+                name,
+                [
+                    (
+                        "spec.replicas",
+                        f"Invalid value: {replicas!r}: must be greater than or equal to 0",
+                    )
+                ],
+                group="autoscaling",
+            )
+        _set_path(current, rtype.scale.spec_replicas, replicas)
+        self.replace(rtype, namespace, name, current)
+        return self.get_scale(rtype, namespace, name)
+
+    def patch_scale(
+        self,
+        rtype: ResourceType,
+        namespace: str | None,
+        name: str,
+        body: Any,
+        *,
+        content_type: str,
+    ) -> Obj:
+        scale = self.get_scale(rtype, namespace, name)
+        # The Scale kind is built in, so strategic merge patch is accepted on /scale even
+        # for a custom resource.
+        if content_type == STRATEGIC_MERGE_PATCH:
+            content_type = MERGE_PATCH
+        patched = apply_patch(scale, body, content_type=content_type, custom=False)
+        return self.replace_scale(rtype, namespace, name, patched)
+
+    # -- hooks for the controllers -------------------------------------------------------
+
+    def after_write(self) -> None:
+        if self.auto_reconcile:
+            self.reconcile()
+
+    def reconcile(self) -> None:
+        """Run GC, the LWS controller and the scheduler until the cluster stops changing."""
+        from tests.harness.fake_kube.garbage_collector import collect_garbage
+        from tests.harness.fake_kube.lws_controller import reconcile_leaderworkersets
+        from tests.harness.fake_kube.scheduler import schedule_pending_pods
+
+        if self._reconciling:
+            return
+        self._reconciling = True
+        try:
+            for _ in range(_MAX_RECONCILE_ROUNDS):
+                before = self.store.resource_version
+                collect_garbage(self)
+                reconcile_leaderworkersets(self)
+                schedule_pending_pods(self)
+                for controller in self._controllers:
+                    controller(self)
+                if self.store.resource_version == before:
+                    return
+            raise RuntimeError("the fake cluster's controllers did not settle")
+        finally:
+            self._reconciling = False
+
+    def write_internal(self, rtype: ResourceType, obj: Obj) -> Obj:
+        """Controller write of a whole object (spec and status), skipping no-op writes."""
+        current = self.store.get(
+            rtype.key, obj["metadata"].get("namespace", ""), obj["metadata"]["name"]
+        )
+        if current is None:
+            raise errors.not_found(rtype.plural, obj["metadata"]["name"], group=rtype.group)
+        candidate = copy.deepcopy(obj)
+        candidate["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+        candidate.pop("apiVersion", None)
+        candidate.pop("kind", None)
+        stored = _without(current, "apiVersion", "kind")
+        if candidate == stored:
+            return self.present(rtype, current)
+        return self.present(rtype, self.store.write(rtype.key, candidate, change_type="MODIFIED"))
+
+    def schedule_later(self, delay_s: float, callback: Callable[[], None]) -> None:
+        asyncio.get_running_loop().call_later(delay_s, callback)
+
+    def now_text(self) -> str:
+        return rfc3339(self.clock())
+
+    def on_pod_bound(self, pod: Obj) -> None:
+        """Start the pod's readiness clock after the scheduler bound it."""
+        meta = pod["metadata"]
+        if self.pod_ready_delay_s == 0:
+            self.set_pod_ready(meta["namespace"], meta["name"], reconcile=False)
+        elif self.pod_ready_delay_s is not None:
+            uid = meta["uid"]
+
+            def turn_ready() -> None:
+                current = self.store.get("/pods", meta["namespace"], meta["name"])
+                if current is not None and current["metadata"]["uid"] == uid:
+                    self.set_pod_ready(meta["namespace"], meta["name"])
+
+            # Without a running event loop the pod stays unready until set_pod_ready().
+            with contextlib.suppress(RuntimeError):
+                self.schedule_later(self.pod_ready_delay_s, turn_ready)
+
+    def set_pod_ready(
+        self, namespace: str, name: str, *, ready: bool = True, reconcile: bool = True
+    ) -> Obj:
+        """Test hook: mark a bound pod's containers (un)ready, as the kubelet would."""
+        pods = self.rtype("", "pods")
+        pod = self.get(pods, namespace, name)
+        if not pod["spec"].get("nodeName"):
+            raise ValueError(f"pod {namespace}/{name} is not bound to a node; it cannot be ready")
+        flag = "True" if ready else "False"
+        now = self.now_text()
+        conditions = []
+        for condition in pod["status"].get("conditions") or []:
+            if condition["type"] in ("Ready", "ContainersReady") and condition["status"] != flag:
+                condition = {"type": condition["type"], "status": flag, "lastTransitionTime": now}
+                if not ready:
+                    condition["reason"] = "ContainersNotReady"
+            conditions.append(condition)
+        pod["status"]["conditions"] = conditions
+        for container_status in pod["status"].get("containerStatuses") or []:
+            container_status["ready"] = ready
+        result = self.write_internal(pods, pod)
+        if reconcile:
+            self.after_write()
+        return result
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _check_type_fields(self, rtype: ResourceType, obj: Obj) -> None:
+        api_version = obj.get("apiVersion")
+        kind = obj.get("kind")
+        if (api_version and api_version != rtype.api_version) or (kind and kind != rtype.kind):
+            raise errors.bad_request(
+                f"the API version in the data ({api_version}) or kind ({kind}) does not match "
+                f"the expected API version ({rtype.api_version}) and kind ({rtype.kind})"
+            )
+
+    def _check_name(self, rtype: ResourceType, name: str) -> None:
+        if len(name) > 253 or not _NAME_RE.match(name):
+            raise errors.invalid(
+                rtype.kind,
+                name,
+                [
+                    (
+                        "metadata.name",
+                        f'Invalid value: "{name}": a lowercase RFC 1123 subdomain must consist '
+                        "of lower case alphanumeric characters, '-' or '.', and must start and "
+                        "end with an alphanumeric character",
+                    )
+                ],
+                group=rtype.group,
+            )
+
+    def _merge_update(
+        self, rtype: ResourceType, current: Obj, body: Obj, *, subresource: str | None
+    ) -> Obj:
+        """The object an update stores: server-owned metadata kept, status per subresource."""
+        if subresource == "status":
+            updated = copy.deepcopy(current)
+            if "status" in body:
+                updated["status"] = body["status"]
+            else:
+                updated.pop("status", None)
+            return updated
+        updated = _without(body, "apiVersion", "kind")
+        meta = updated.setdefault("metadata", {})
+        for key in (
+            "uid",
+            "creationTimestamp",
+            "namespace",
+            "name",
+            "generation",
+            "deletionTimestamp",
+        ):
+            if key in current["metadata"]:
+                meta[key] = current["metadata"][key]
+            else:
+                meta.pop(key, None)
+        if rtype.has_status:
+            # The main resource ignores status when a status subresource exists.
+            if "status" in current:
+                updated["status"] = copy.deepcopy(current["status"])
+            else:
+                updated.pop("status", None)
+        return updated
+
+    def _commit_update(self, rtype: ResourceType, current: Obj, updated: Obj) -> Obj:
+        updated = self._admit(rtype, updated, old=current)
+        spec_old = _without(current, "metadata", "status", "apiVersion", "kind")
+        spec_new = _without(updated, "metadata", "status", "apiVersion", "kind")
+        if spec_old != spec_new:
+            updated["metadata"]["generation"] = current["metadata"].get("generation", 1) + 1
+        updated["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+        if updated == _without(current, "apiVersion", "kind"):
+            return self.present(rtype, current)  # a no-op write keeps its resourceVersion
+        return self.present(rtype, self.store.write(rtype.key, updated, change_type="MODIFIED"))
+
+    def _admit(self, rtype: ResourceType, obj: Obj, *, old: Obj | None) -> Obj:
+        from tests.harness.fake_kube.admission import admit_builtin
+
+        crd = self.custom.get(rtype.key)
+        if crd is not None:
+            admitted, problems = crd.admit(
+                {**obj, "apiVersion": rtype.api_version, "kind": rtype.kind}
+            )
+            if problems:
+                raise errors.invalid(
+                    rtype.kind, obj["metadata"]["name"], problems, group=rtype.group
+                )
+            return _without(admitted, "apiVersion", "kind")
+        return admit_builtin(self, rtype, obj, old=old)
+
+    def _orphan_dependents(self, owner_uid: str) -> None:
+        for resource_key, obj in self.store.all_items():
+            refs = obj["metadata"].get("ownerReferences") or []
+            kept = [ref for ref in refs if ref.get("uid") != owner_uid]
+            if len(kept) != len(refs):
+                orphan = copy.deepcopy(obj)
+                if kept:
+                    orphan["metadata"]["ownerReferences"] = kept
+                else:
+                    orphan["metadata"].pop("ownerReferences")
+                self.store.write(resource_key, orphan, change_type="MODIFIED")
+
+    def _delete_namespace_contents(self, namespace: str) -> None:
+        for resource_key, obj in self.store.all_items():
+            if obj["metadata"].get("namespace") == namespace:
+                self.store.delete(resource_key, namespace, obj["metadata"]["name"])

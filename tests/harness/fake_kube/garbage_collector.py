@@ -1,0 +1,29 @@
+"""Owner-reference garbage collection (background propagation).
+
+An object whose every owner (by uid) is gone is deleted, as kube-controller-manager's
+garbage collector does; an object with at least one live owner stays. Foreground deletion
+and `blockOwnerDeletion` are not distinguished: dependents go right after their owner.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tests.harness.fake_kube.cluster import Cluster
+
+
+def collect_garbage(cluster: Cluster) -> None:
+    while True:
+        live_uids = {obj["metadata"]["uid"] for _, obj in cluster.store.all_items()}
+        garbage = [
+            (resource_key, obj)
+            for resource_key, obj in cluster.store.all_items()
+            if (refs := obj["metadata"].get("ownerReferences"))
+            and not any(ref.get("uid") in live_uids for ref in refs)
+        ]
+        if not garbage:
+            return
+        for resource_key, obj in garbage:
+            meta = obj["metadata"]
+            cluster.store.delete(resource_key, meta.get("namespace", ""), meta["name"])

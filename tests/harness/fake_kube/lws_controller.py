@@ -1,0 +1,352 @@
+"""Emulation of the LeaderWorkerSet controller (kubernetes-sigs/lws v0.10 behaviour).
+
+For each LWS it keeps `spec.replicas` groups of `spec.leaderWorkerTemplate.size` pods: the
+leader `<lws>-<group>` and workers `<lws>-<group>-<worker>` (worker 1..size-1), with the
+labels, annotations and environment the real controller sets, and keeps `status` (replicas,
+readyReplicas, hpaPodSelector, conditions) up to date. Scale-down removes the highest group
+indexes.
+
+Simplifications: the real controller owns workers through one StatefulSet per group and
+leaders through a leader StatefulSet; here every pod is owned directly by the LWS (so owner
+garbage collection still removes them). Template changes do not roll existing groups.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import hashlib
+import json
+from typing import TYPE_CHECKING, Any
+
+from tests.harness.fake_kube.errors import ApiError
+
+if TYPE_CHECKING:
+    from tests.harness.fake_kube.cluster import Cluster
+
+PREFIX = "leaderworkerset.sigs.k8s.io"
+NAME_LABEL = f"{PREFIX}/name"
+GROUP_INDEX_LABEL = f"{PREFIX}/group-index"
+WORKER_INDEX_LABEL = f"{PREFIX}/worker-index"
+GROUP_KEY_LABEL = f"{PREFIX}/group-key"
+TEMPLATE_HASH_LABEL = f"{PREFIX}/template-revision-hash"
+SIZE_ANNOTATION = f"{PREFIX}/size"
+LEADER_NAME_ANNOTATION = f"{PREFIX}/leader-name"
+EXCLUSIVE_TOPOLOGY_ANNOTATION = f"{PREFIX}/exclusive-topology"
+LWS_KEY = "leaderworkerset.x-k8s.io/leaderworkersets"
+
+Obj = dict[str, Any]
+
+
+def hpa_pod_selector(lws_name: str) -> str:
+    return f"{NAME_LABEL}={lws_name},{WORKER_INDEX_LABEL}=0"
+
+
+def _template_hash(template: Obj) -> str:
+    return hashlib.sha256(json.dumps(template, sort_keys=True).encode()).hexdigest()[:10]
+
+
+def _group_key(namespace: str, leader_name: str) -> str:
+    return hashlib.sha1(f"{namespace}/{leader_name}".encode()).hexdigest()
+
+
+def _is_ready(pod: Obj) -> bool:
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (pod.get("status") or {}).get("conditions") or []
+    )
+
+
+def _build_pod(lws: Obj, *, group: int, worker: int, size: int, template_hash: str) -> Obj:
+    meta = lws["metadata"]
+    lws_name, namespace = meta["name"], meta["namespace"]
+    lwt = lws["spec"]["leaderWorkerTemplate"]
+    template = lwt.get("leaderTemplate") if worker == 0 else None
+    template = copy.deepcopy(template or lwt["workerTemplate"])
+    leader_name = f"{lws_name}-{group}"
+    name = leader_name if worker == 0 else f"{leader_name}-{worker}"
+    group_key = _group_key(namespace, leader_name)
+    template_meta = template.get("metadata") or {}
+    labels = {
+        **(template_meta.get("labels") or {}),
+        NAME_LABEL: lws_name,
+        GROUP_INDEX_LABEL: str(group),
+        WORKER_INDEX_LABEL: str(worker),
+        GROUP_KEY_LABEL: group_key,
+        TEMPLATE_HASH_LABEL: template_hash,
+        "statefulset.kubernetes.io/pod-name": name,
+    }
+    annotations = {**(template_meta.get("annotations") or {}), SIZE_ANNOTATION: str(size)}
+    if worker != 0:
+        annotations[LEADER_NAME_ANNOTATION] = leader_name
+    exclusive_key = (meta.get("annotations") or {}).get(EXCLUSIVE_TOPOLOGY_ANNOTATION)
+    if exclusive_key:
+        annotations[EXCLUSIVE_TOPOLOGY_ANNOTATION] = exclusive_key
+    spec = template.get("spec") or {}
+    spec.setdefault("hostname", name)
+    spec.setdefault("subdomain", lws_name)
+    lws_env = [
+        {"name": "LWS_LEADER_ADDRESS", "value": f"{leader_name}.{lws_name}.{namespace}"},
+        {"name": "LWS_GROUP_SIZE", "value": str(size)},
+        {"name": "LWS_WORKER_INDEX", "value": str(worker)},
+    ]
+    for container in spec.get("containers") or []:
+        env = container.setdefault("env", [])
+        present = {item.get("name") for item in env}
+        env.extend(item for item in lws_env if item["name"] not in present)
+    if exclusive_key:
+        # Exclusive placement: one group per topology domain, the group's pods together.
+        affinity = spec.setdefault("affinity", {})
+        pod_affinity = affinity.setdefault("podAffinity", {})
+        pod_affinity.setdefault("requiredDuringSchedulingIgnoredDuringExecution", []).append(
+            {
+                "labelSelector": {
+                    "matchExpressions": [
+                        {"key": GROUP_KEY_LABEL, "operator": "In", "values": [group_key]}
+                    ]
+                },
+                "topologyKey": exclusive_key,
+            }
+        )
+        anti = affinity.setdefault("podAntiAffinity", {})
+        anti.setdefault("requiredDuringSchedulingIgnoredDuringExecution", []).append(
+            {
+                "labelSelector": {
+                    "matchExpressions": [
+                        {"key": GROUP_KEY_LABEL, "operator": "Exists"},
+                        {"key": GROUP_KEY_LABEL, "operator": "NotIn", "values": [group_key]},
+                    ]
+                },
+                "topologyKey": exclusive_key,
+            }
+        )
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": labels,
+            "annotations": annotations,
+            "ownerReferences": [
+                {
+                    "apiVersion": "leaderworkerset.x-k8s.io/v1",
+                    "kind": "LeaderWorkerSet",
+                    "name": lws_name,
+                    "uid": meta["uid"],
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": spec,
+    }
+
+
+def reconcile_leaderworkersets(cluster: Cluster) -> None:
+    for lws in list(cluster.store.items(LWS_KEY)):
+        _reconcile_one(cluster, lws)
+
+
+def _owned_pods(cluster: Cluster, lws: Obj) -> dict[str, Obj]:
+    uid = lws["metadata"]["uid"]
+    return {
+        pod["metadata"]["name"]: pod
+        for pod in cluster.store.items("/pods", lws["metadata"]["namespace"])
+        if any(ref.get("uid") == uid for ref in pod["metadata"].get("ownerReferences") or [])
+    }
+
+
+def _reconcile_one(cluster: Cluster, lws: Obj) -> None:
+    pods_type = cluster.rtype("", "pods")
+    meta = lws["metadata"]
+    lws_name, namespace = meta["name"], meta["namespace"]
+    spec = lws["spec"]
+    replicas = int(spec.get("replicas", 1))
+    lwt = spec["leaderWorkerTemplate"]
+    size = int(lwt.get("size", 1))
+    leader_ready_first = spec.get("startupPolicy") == "LeaderReady"
+    recreate_group = lwt.get("restartPolicy", "RecreateGroupOnPodRestart") in (
+        "RecreateGroupOnPodRestart",
+        "Default",
+    )
+    template_hash = _template_hash(lwt)
+    owned = _owned_pods(cluster, lws)
+
+    # Scale-down and stray pods: anything outside groups 0..replicas-1 goes.
+    wanted = {
+        f"{lws_name}-{g}" if w == 0 else f"{lws_name}-{g}-{w}"
+        for g in range(replicas)
+        for w in range(size)
+    }
+    for name in sorted(set(owned) - wanted):
+        cluster.delete(pods_type, namespace, name, reconcile=False)
+        owned.pop(name)
+
+    for group in range(replicas):
+        leader_name = f"{lws_name}-{group}"
+        workers = [f"{leader_name}-{w}" for w in range(1, size)]
+        leader = owned.get(leader_name)
+        missing_workers = [w for w in workers if w not in owned]
+        # Groups whose workers were all created once (by leader uid), so that a missing
+        # member later means "restarted", not "not created yet".
+        started = leader is not None and leader["metadata"]["uid"] in cluster.started_groups
+        if recreate_group and leader is not None and started and missing_workers:
+            # A member of a started group vanished: the real controller deletes the leader,
+            # which recreates the whole group.
+            for name in [leader_name, *workers]:
+                if name in owned:
+                    cluster.delete(pods_type, namespace, name, reconcile=False)
+            continue
+        if recreate_group and leader is None and any(w in owned for w in workers):
+            for name in workers:
+                if name in owned:
+                    cluster.delete(pods_type, namespace, name, reconcile=False)
+            continue
+        if leader is None:
+            leader = _create(
+                cluster, lws, group=group, worker=0, size=size, template_hash=template_hash
+            )
+            if leader is None:
+                continue
+        if leader_ready_first and not _is_ready(leader):
+            continue
+        complete = True
+        for worker in range(1, size):
+            if f"{leader_name}-{worker}" not in owned:
+                created = _create(
+                    cluster, lws, group=group, worker=worker, size=size, template_hash=template_hash
+                )
+                complete = complete and created is not None
+        if complete:
+            cluster.started_groups.add(leader["metadata"]["uid"])
+    _update_status(cluster, lws, replicas=replicas, size=size)
+
+
+def _create(
+    cluster: Cluster, lws: Obj, *, group: int, worker: int, size: int, template_hash: str
+) -> Obj | None:
+    pod = _build_pod(lws, group=group, worker=worker, size=size, template_hash=template_hash)
+    try:
+        return cluster.create(
+            cluster.rtype("", "pods"), lws["metadata"]["namespace"], pod, reconcile=False
+        )
+    except ApiError as err:
+        # The real controller reports a failed pod creation as a Warning Event and retries.
+        record_event(
+            cluster,
+            regarding=lws,
+            kind="LeaderWorkerSet",
+            api_version="leaderworkerset.x-k8s.io/v1",
+            reason="FailedCreate",
+            message=f"create Pod {pod['metadata']['name']} failed: {err.message}",
+            type_="Warning",
+        )
+        return None
+
+
+def record_event(
+    cluster: Cluster,
+    *,
+    regarding: Obj,
+    kind: str,
+    api_version: str,
+    reason: str,
+    message: str,
+    type_: str,
+    component: str = "lws",
+) -> None:
+    """Write one core/v1 Event per (object, reason, message), as a controller's recorder does."""
+    events = cluster.rtype("", "events")
+    meta = regarding["metadata"]
+    namespace = meta.get("namespace") or "default"
+    digest = hashlib.sha1(f"{meta['uid']}/{reason}/{message}".encode()).hexdigest()[:10]
+    name = f"{meta['name']}.{digest}"
+    if cluster.store.get(events.key, namespace, name) is not None:
+        return
+    now = cluster.clock().astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    cluster.create(
+        events,
+        namespace,
+        {
+            "metadata": {"name": name, "namespace": namespace},
+            "involvedObject": {
+                "apiVersion": api_version,
+                "kind": kind,
+                "name": meta["name"],
+                "namespace": meta.get("namespace"),
+                "uid": meta["uid"],
+            },
+            "reason": reason,
+            "message": message,
+            "type": type_,
+            "source": {"component": component},
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+            "reportingComponent": component,
+        },
+        reconcile=False,
+    )
+
+
+def _update_status(cluster: Cluster, lws: Obj, *, replicas: int, size: int) -> None:
+    owned = _owned_pods(cluster, lws)
+    lws_name = lws["metadata"]["name"]
+    groups_created = sum(1 for g in range(replicas) if f"{lws_name}-{g}" in owned)
+    ready_groups = 0
+    for group in range(replicas):
+        names = [f"{lws_name}-{group}", *(f"{lws_name}-{group}-{w}" for w in range(1, size))]
+        if all(name in owned and _is_ready(owned[name]) for name in names):
+            ready_groups += 1
+    status = copy.deepcopy(lws.get("status") or {})
+    available = ready_groups >= replicas
+    old_conditions = {c["type"]: c for c in status.get("conditions") or []}
+    now = cluster.clock().astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    def condition(type_: str, value: bool, reason: str, message: str) -> Obj:
+        previous = old_conditions.get(type_)
+        flag = "True" if value else "False"
+        changed_at = (
+            previous["lastTransitionTime"]
+            if previous is not None and previous.get("status") == flag
+            else now
+        )
+        return {
+            "type": type_,
+            "status": flag,
+            "reason": reason,
+            "message": message,
+            "lastTransitionTime": changed_at,
+            "observedGeneration": lws["metadata"].get("generation", 1),
+        }
+
+    status.update(
+        {
+            "replicas": groups_created,
+            "readyReplicas": ready_groups,
+            "updatedReplicas": groups_created,
+            "hpaPodSelector": hpa_pod_selector(lws_name),
+            "observedGeneration": lws["metadata"].get("generation", 1),
+            "conditions": [
+                condition(
+                    "Available",
+                    available,
+                    "AllGroupsReady" if available else "GroupsNotReady",
+                    "All replicas are ready"
+                    if available
+                    else f"{ready_groups} of {replicas} groups are ready",
+                ),
+                condition(
+                    "Progressing",
+                    not available,
+                    "GroupsProgressing" if not available else "Ready",
+                    "Replicas are progressing" if not available else "Replicas are ready",
+                ),
+            ],
+        }
+    )
+    if status != lws.get("status"):
+        updated = copy.deepcopy(lws)
+        updated["status"] = status
+        cluster.write_internal(
+            cluster.rtype("leaderworkerset.x-k8s.io", "leaderworkersets"), updated
+        )

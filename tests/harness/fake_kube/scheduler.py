@@ -1,0 +1,500 @@
+"""A minimal kube-scheduler: filter, pick a node, bind; preempt lower-priority pods when needed.
+
+Filters, as the default plugins do: node unschedulable, taints with effect NoSchedule or
+NoExecute against tolerations, `nodeSelector`, required node affinity (In, NotIn, Exists,
+DoesNotExist, Gt, Lt), required inter-pod affinity and anti-affinity on a topology key
+(including existing pods' anti-affinity against the incoming pod), and resources (every
+resource in `status.allocatable`, pod count included; requests default to limits at
+admission). Scoring is LeastAllocated, ties broken by node name. Pods are tried
+highest priority first, then oldest first, one at a time: like the real scheduler there is no
+gang scheduling, so a gang can end up partially placed.
+
+Preemption follows the default PostFilter: on each node that passes every filter but
+resources, remove all lower-priority pods, then reprieve them from the highest priority down
+while the preemptor still fits; pick the node whose victims have the lowest highest priority,
+then the lowest priority sum, then the fewest victims; delete the victims and bind.
+Not emulated: preferred (soft) terms, topology spread constraints, PodDisruptionBudgets,
+nominated-node reservations, volumes and ports.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+from tests.harness.fake_kube.quantity import parse_quantity
+from tests.harness.fake_kube.selectors import label_selector_object_matches
+
+if TYPE_CHECKING:
+    from tests.harness.fake_kube.cluster import Cluster
+
+Obj = dict[str, Any]
+_TERMINAL_PHASES = ("Succeeded", "Failed")
+_DEFAULT_MAX_PODS = 110
+_PRIORITY_OFFSET = 2**31  # makes every priority positive when summing, as the scheduler does
+
+
+def pod_requests(pod: Obj) -> dict[str, Decimal]:
+    """Effective requests: the sum over containers, or the largest init container if larger."""
+    spec = pod.get("spec") or {}
+    total: dict[str, Decimal] = {}
+    for container in spec.get("containers") or []:
+        for resource, amount in ((container.get("resources") or {}).get("requests") or {}).items():
+            total[resource] = total.get(resource, Decimal(0)) + parse_quantity(amount)
+    for container in spec.get("initContainers") or []:
+        for resource, amount in ((container.get("resources") or {}).get("requests") or {}).items():
+            total[resource] = max(total.get(resource, Decimal(0)), parse_quantity(amount))
+    for resource, amount in (spec.get("overhead") or {}).items():
+        total[resource] = total.get(resource, Decimal(0)) + parse_quantity(amount)
+    total["pods"] = Decimal(1)
+    return total
+
+
+def pod_priority(pod: Obj) -> int:
+    return int((pod.get("spec") or {}).get("priority") or 0)
+
+
+def _is_active(pod: Obj) -> bool:
+    return (pod.get("status") or {}).get("phase") not in _TERMINAL_PHASES
+
+
+@dataclass
+class NodeState:
+    node: Obj
+    pods: list[Obj] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return str(self.node["metadata"]["name"])
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return self.node["metadata"].get("labels") or {}
+
+    def allocatable(self) -> dict[str, Decimal]:
+        raw = (self.node.get("status") or {}).get("allocatable") or {}
+        values = {resource: parse_quantity(amount) for resource, amount in raw.items()}
+        values.setdefault("pods", Decimal(_DEFAULT_MAX_PODS))
+        return values
+
+    def free(self, *, without: Iterable[Obj] = ()) -> dict[str, Decimal]:
+        excluded = {id(p) for p in without}
+        free = self.allocatable()
+        for pod in self.pods:
+            if id(pod) in excluded:
+                continue
+            for resource, amount in pod_requests(pod).items():
+                free[resource] = free.get(resource, Decimal(0)) - amount
+        return free
+
+
+def _insufficient(requests: dict[str, Decimal], free: dict[str, Decimal]) -> list[str]:
+    return sorted(r for r, amount in requests.items() if amount > 0 and amount > free.get(r, 0))
+
+
+def _tolerates(tolerations: list[Obj], taint: Obj) -> bool:
+    for toleration in tolerations:
+        effect = toleration.get("effect")
+        if effect and effect != taint.get("effect"):
+            continue
+        key = toleration.get("key")
+        if toleration.get("operator") == "Exists":
+            if not key or key == taint.get("key"):
+                return True
+        elif key == taint.get("key") and (toleration.get("value") or "") == (
+            taint.get("value") or ""
+        ):
+            return True
+    return False
+
+
+def _untolerated_taint(pod: Obj, node: Obj) -> Obj | None:
+    tolerations = (pod.get("spec") or {}).get("tolerations") or []
+    for taint in (node.get("spec") or {}).get("taints") or []:
+        if taint.get("effect") in ("NoSchedule", "NoExecute") and not _tolerates(
+            tolerations, taint
+        ):
+            return taint  # type: ignore[no-any-return]
+    return None
+
+
+def _expression_matches(expression: Obj, labels: dict[str, str]) -> bool:
+    key, operator = expression["key"], expression["operator"]
+    values = expression.get("values") or []
+    if operator == "In":
+        return key in labels and labels[key] in values
+    if operator == "NotIn":
+        return key not in labels or labels[key] not in values
+    if operator == "Exists":
+        return key in labels
+    if operator == "DoesNotExist":
+        return key not in labels
+    if operator in ("Gt", "Lt") and key in labels:
+        try:
+            actual, bound = int(labels[key]), int(values[0])
+        except (ValueError, IndexError):
+            return False
+        return actual > bound if operator == "Gt" else actual < bound
+    return False
+
+
+def _node_affinity_matches(pod: Obj, node: Obj) -> bool:
+    spec = pod.get("spec") or {}
+    labels = node["metadata"].get("labels") or {}
+    for key, value in (spec.get("nodeSelector") or {}).items():
+        if labels.get(key) != value:
+            return False
+    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
+    terms = required.get("nodeSelectorTerms")
+    if not terms:
+        return True
+    fields = {"metadata.name": node["metadata"]["name"]}
+    return any(
+        all(_expression_matches(e, labels) for e in term.get("matchExpressions") or [])
+        and all(_expression_matches(e, fields) for e in term.get("matchFields") or [])
+        for term in terms
+    )
+
+
+def _required_terms(pod: Obj, kind: str) -> list[Obj]:
+    affinity = (pod.get("spec") or {}).get("affinity") or {}
+    return list(
+        (affinity.get(kind) or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or []
+    )
+
+
+def _term_selects(term: Obj, owner: Obj, candidate: Obj) -> bool:
+    """Does `term` (declared by `owner`) select `candidate` by namespace and labels?"""
+    namespaces = term.get("namespaces") or []
+    candidate_ns = candidate["metadata"].get("namespace")
+    if term.get("namespaceSelector") == {}:
+        pass  # an empty namespaceSelector means every namespace
+    elif namespaces:
+        if candidate_ns not in namespaces:
+            return False
+    elif candidate_ns != owner["metadata"].get("namespace"):
+        return False
+    return label_selector_object_matches(
+        term.get("labelSelector"), candidate["metadata"].get("labels")
+    )
+
+
+@dataclass
+class Snapshot:
+    nodes: dict[str, NodeState]
+
+    @classmethod
+    def take(cls, cluster: Cluster) -> Snapshot:
+        nodes = {n["metadata"]["name"]: NodeState(n) for n in cluster.store.items("/nodes")}
+        for pod in cluster.store.items("/pods"):
+            node_name = (pod.get("spec") or {}).get("nodeName")
+            if node_name in nodes and _is_active(pod):
+                nodes[node_name].pods.append(pod)
+        return cls(nodes)
+
+    def placed(self, *, excluding: Iterable[Obj] = ()) -> list[tuple[NodeState, Obj]]:
+        excluded = {id(p) for p in excluding}
+        return [(n, p) for n in self.nodes.values() for p in n.pods if id(p) not in excluded]
+
+    def affinity_problem(
+        self, pod: Obj, node: NodeState, *, excluding: Iterable[Obj] = ()
+    ) -> str | None:
+        excluded = list(excluding)
+        placed = self.placed(excluding=excluded)
+        for term in _required_terms(pod, "podAffinity"):
+            key = term["topologyKey"]
+            if key not in node.labels:
+                return "node(s) didn't match pod affinity rules"
+            matching = [(n, p) for n, p in placed if _term_selects(term, pod, p)]
+            if matching:
+                if not any(n.labels.get(key) == node.labels[key] for n, _ in matching):
+                    return "node(s) didn't match pod affinity rules"
+            elif not _term_selects(term, pod, pod):
+                # The first pod of a group may land anywhere only if it matches its own term.
+                return "node(s) didn't match pod affinity rules"
+        for term in _required_terms(pod, "podAntiAffinity"):
+            key = term["topologyKey"]
+            if key not in node.labels:
+                continue
+            for other_node, other in placed:
+                if other_node.labels.get(key) == node.labels[key] and _term_selects(
+                    term, pod, other
+                ):
+                    return "node(s) didn't match pod anti-affinity rules"
+        for other_node, other in placed:
+            for term in _required_terms(other, "podAntiAffinity"):
+                key = term["topologyKey"]
+                if (
+                    key in node.labels
+                    and other_node.labels.get(key) == node.labels[key]
+                    and _term_selects(term, other, pod)
+                ):
+                    return "node(s) didn't satisfy existing pods anti-affinity rules"
+        return None
+
+    def static_problem(self, pod: Obj, node: NodeState) -> str | None:
+        """Filters that preemption cannot fix."""
+        if (node.node.get("spec") or {}).get("unschedulable"):
+            return "node(s) were unschedulable"
+        if not _node_is_ready(node.node):
+            return "node(s) were not ready"
+        taint = _untolerated_taint(pod, node.node)
+        if taint is not None:
+            value = taint.get("value")
+            shown = f"{taint['key']}: {value}" if value else taint["key"]
+            return f"node(s) had untolerated taint {{{shown}}}"
+        if not _node_affinity_matches(pod, node.node):
+            return "node(s) didn't match Pod's node affinity/selector"
+        return None
+
+
+def _node_is_ready(node: Obj) -> bool:
+    for condition in (node.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Ready":
+            return bool(condition.get("status") == "True")
+    return True
+
+
+def _score(requests: dict[str, Decimal], node: NodeState) -> Decimal:
+    """LeastAllocated: the mean free fraction of cpu and memory after placing the pod."""
+    allocatable = node.allocatable()
+    free = node.free()
+    fractions = []
+    for resource in ("cpu", "memory"):
+        capacity = allocatable.get(resource, Decimal(0))
+        if capacity > 0:
+            fractions.append(
+                (free.get(resource, Decimal(0)) - requests.get(resource, 0)) / capacity
+            )
+    return sum(fractions, Decimal(0)) / len(fractions) if fractions else Decimal(0)
+
+
+def schedule_pending_pods(cluster: Cluster) -> None:
+    pending = [
+        pod
+        for pod in cluster.store.items("/pods")
+        if not (pod.get("spec") or {}).get("nodeName")
+        and (pod.get("status") or {}).get("phase", "Pending") == "Pending"
+        and (pod.get("spec") or {}).get("schedulerName", "default-scheduler") == "default-scheduler"
+        and not (pod.get("spec") or {}).get("schedulingGates")
+    ]
+    pending.sort(
+        key=lambda p: (
+            -pod_priority(p),
+            p["metadata"]["creationTimestamp"],
+            int(p["metadata"]["resourceVersion"]),
+        )
+    )
+    for pod in pending:
+        current = cluster.store.get("/pods", pod["metadata"]["namespace"], pod["metadata"]["name"])
+        if current is None or current["metadata"]["uid"] != pod["metadata"]["uid"]:
+            continue  # preempted or deleted earlier in this pass
+        _schedule_one(cluster, current)
+
+
+def _schedule_one(cluster: Cluster, pod: Obj) -> None:
+    snapshot = Snapshot.take(cluster)
+    requests = pod_requests(pod)
+    reasons: Counter[str] = Counter()
+    feasible: list[NodeState] = []
+    for node in snapshot.nodes.values():
+        problem = snapshot.static_problem(pod, node) or snapshot.affinity_problem(pod, node)
+        if problem is None:
+            short = _insufficient(requests, node.free())
+            if short:
+                reasons.update(f"Insufficient {r}" for r in short)
+                continue
+            feasible.append(node)
+        else:
+            reasons[problem] += 1
+    if feasible:
+        best = max(feasible, key=lambda n: (_score(requests, n), [-ord(c) for c in n.name]))
+        _bind(cluster, pod, best.name)
+        return
+    if (pod.get("spec") or {}).get("preemptionPolicy") != "Never":
+        choice = _pick_preemption(snapshot, pod, requests)
+        if choice is not None:
+            node, victims = choice
+            _preempt(cluster, pod, node.name, victims)
+            _bind(cluster, pod, node.name)
+            return
+    summary = ", ".join(f"{count} {reason}" for reason, count in sorted(reasons.items()))
+    message = f"0/{len(snapshot.nodes)} nodes are available"
+    message += f": {summary}." if summary else "."
+    if snapshot.nodes:
+        message += " preemption: not eligible or no victims found."
+    _mark_unschedulable(cluster, pod, message)
+
+
+def _pick_preemption(
+    snapshot: Snapshot, pod: Obj, requests: dict[str, Decimal]
+) -> tuple[NodeState, list[Obj]] | None:
+    priority = pod_priority(pod)
+    candidates: list[tuple[tuple[int, int, int, str], NodeState, list[Obj]]] = []
+    for node in snapshot.nodes.values():
+        if snapshot.static_problem(pod, node) is not None:
+            continue
+        lower = [p for p in node.pods if pod_priority(p) < priority]
+        if not lower:
+            continue
+        if _insufficient(requests, node.free(without=lower)):
+            continue
+        if snapshot.affinity_problem(pod, node, excluding=lower) is not None:
+            continue
+        # Reprieve the most important victims first while the preemptor still fits.
+        victims = sorted(lower, key=lambda p: (-pod_priority(p), p["metadata"]["name"]))
+        kept_out: list[Obj] = list(victims)
+        for candidate in victims:
+            trial = [p for p in kept_out if p is not candidate]
+            if not _insufficient(requests, node.free(without=trial)) and (
+                snapshot.affinity_problem(pod, node, excluding=trial) is None
+            ):
+                kept_out = trial
+        rank = (
+            max(pod_priority(p) for p in kept_out),
+            sum(pod_priority(p) + _PRIORITY_OFFSET for p in kept_out),
+            len(kept_out),
+            node.name,
+        )
+        candidates.append((rank, node, kept_out))
+    if not candidates:
+        return None
+    _, node, victims = min(candidates, key=lambda c: c[0])
+    return node, victims
+
+
+def _preempt(cluster: Cluster, preemptor: Obj, node_name: str, victims: list[Obj]) -> None:
+    from tests.harness.fake_kube.lws_controller import record_event
+
+    pods = cluster.rtype("", "pods")
+    preemptor_meta = preemptor["metadata"]
+    for victim in victims:
+        record_event(
+            cluster,
+            regarding=victim,
+            kind="Pod",
+            api_version="v1",
+            reason="Preempted",
+            message=(f"Preempted by pod {preemptor_meta['uid']} on node {node_name}"),
+            type_="Normal",
+            component="default-scheduler",
+        )
+        meta = victim["metadata"]
+        cluster.delete(pods, meta["namespace"], meta["name"], reconcile=False)
+        cluster.preemptions.append(
+            (
+                f"{meta['namespace']}/{meta['name']}",
+                f"{preemptor_meta['namespace']}/{preemptor_meta['name']}",
+            )
+        )
+
+
+_ip_counter = itertools.count(1)
+
+
+def _bind(cluster: Cluster, pod: Obj, node_name: str) -> None:
+    from tests.harness.fake_kube.lws_controller import record_event
+
+    bound = copy.deepcopy(pod)
+    bound["spec"]["nodeName"] = node_name
+    now = cluster.now_text()
+    index = next(_ip_counter)
+    node = cluster.store.get("/nodes", "", node_name) or {}
+    addresses = (node.get("status") or {}).get("addresses") or []
+    host_ip = next((a["address"] for a in addresses if a.get("type") == "InternalIP"), "10.0.0.1")
+    status = bound.setdefault("status", {})
+    status.pop("nominatedNodeName", None)
+    status.update(
+        {
+            "phase": "Running",
+            "hostIP": host_ip,
+            "podIP": f"10.244.{index // 250}.{index % 250 + 1}",
+            "startTime": now,
+            "conditions": [
+                {"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
+                {"type": "Initialized", "status": "True", "lastTransitionTime": now},
+                {
+                    "type": "ContainersReady",
+                    "status": "False",
+                    "lastTransitionTime": now,
+                    "reason": "ContainersNotReady",
+                },
+                {
+                    "type": "Ready",
+                    "status": "False",
+                    "lastTransitionTime": now,
+                    "reason": "ContainersNotReady",
+                },
+            ],
+            "containerStatuses": [
+                {
+                    "name": c["name"],
+                    "image": c.get("image", ""),
+                    "imageID": "",
+                    "ready": False,
+                    "started": True,
+                    "restartCount": 0,
+                    "state": {"running": {"startedAt": now}},
+                }
+                for c in bound["spec"].get("containers") or []
+            ],
+        }
+    )
+    cluster.write_internal(cluster.rtype("", "pods"), bound)
+    record_event(
+        cluster,
+        regarding=bound,
+        kind="Pod",
+        api_version="v1",
+        reason="Scheduled",
+        message=f"Successfully assigned {bound['metadata']['namespace']}/"
+        f"{bound['metadata']['name']} to {node_name}",
+        type_="Normal",
+        component="default-scheduler",
+    )
+    cluster.on_pod_bound(bound)
+
+
+def _mark_unschedulable(cluster: Cluster, pod: Obj, message: str) -> None:
+    from tests.harness.fake_kube.lws_controller import record_event
+
+    updated = copy.deepcopy(pod)
+    status = updated.setdefault("status", {})
+    conditions = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
+    previous = next(
+        (c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), None
+    )
+    changed_at = (
+        previous["lastTransitionTime"]
+        if previous is not None and previous.get("status") == "False"
+        else cluster.now_text()
+    )
+    conditions.append(
+        {
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": "Unschedulable",
+            "message": message,
+            "lastTransitionTime": changed_at,
+            "lastProbeTime": None,
+        }
+    )
+    status["conditions"] = conditions
+    cluster.write_internal(cluster.rtype("", "pods"), updated)
+    record_event(
+        cluster,
+        regarding=updated,
+        kind="Pod",
+        api_version="v1",
+        reason="FailedScheduling",
+        message=message,
+        type_="Warning",
+        component="default-scheduler",
+    )

@@ -1,0 +1,202 @@
+"""Create/get/list/replace/patch/delete semantics, through kubernetes-asyncio over HTTP."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from tests.harness.fake_kube import FakeKube
+
+
+def config_map(name: str, **data: str) -> dict:
+    return {"metadata": {"name": name, "labels": {"app": "demo"}}, "data": data}
+
+
+async def test_create_sets_server_metadata_and_get_returns_it(core: client.CoreV1Api) -> None:
+    created = await core.create_namespaced_config_map("default", config_map("a", k="v"))
+    assert created.metadata.uid
+    assert created.metadata.creation_timestamp is not None
+    assert int(created.metadata.resource_version) > 0
+    fetched = await core.read_namespaced_config_map("a", "default")
+    assert fetched.metadata.uid == created.metadata.uid
+    assert fetched.data == {"k": "v"}
+
+
+async def test_missing_object_is_404_with_a_status_body(core: client.CoreV1Api) -> None:
+    with pytest.raises(ApiException) as caught:
+        await core.read_namespaced_pod("nope", "default")
+    assert caught.value.status == 404
+    status = json.loads(caught.value.body)
+    assert status["kind"] == "Status"
+    assert status["reason"] == "NotFound"
+    assert status["message"] == 'pods "nope" not found'
+
+
+async def test_duplicate_create_is_409_already_exists(core: client.CoreV1Api) -> None:
+    await core.create_namespaced_config_map("default", config_map("dup"))
+    with pytest.raises(ApiException) as caught:
+        await core.create_namespaced_config_map("default", config_map("dup"))
+    assert caught.value.status == 409
+    assert json.loads(caught.value.body)["reason"] == "AlreadyExists"
+
+
+async def test_create_in_missing_namespace_is_404(core: client.CoreV1Api) -> None:
+    with pytest.raises(ApiException) as caught:
+        await core.create_namespaced_config_map("ghost", config_map("a"))
+    assert caught.value.status == 404
+    assert json.loads(caught.value.body)["message"] == 'namespaces "ghost" not found'
+
+
+async def test_replace_with_stale_resource_version_is_409_conflict(
+    core: client.CoreV1Api,
+) -> None:
+    first = await core.create_namespaced_config_map("default", config_map("cm", k="1"))
+    first.data = {"k": "2"}
+    second = await core.replace_namespaced_config_map("cm", "default", first)
+    assert int(second.metadata.resource_version) > int(first.metadata.resource_version)
+    first.data = {"k": "3"}  # still carries the old resourceVersion
+    with pytest.raises(ApiException) as caught:
+        await core.replace_namespaced_config_map("cm", "default", first)
+    assert caught.value.status == 409
+    assert json.loads(caught.value.body)["reason"] == "Conflict"
+    assert (await core.read_namespaced_config_map("cm", "default")).data == {"k": "2"}
+
+
+async def test_patch_with_stale_resource_version_is_409(core: client.CoreV1Api) -> None:
+    created = await core.create_namespaced_config_map("default", config_map("cm", k="1"))
+    await core.patch_namespaced_config_map("cm", "default", {"data": {"k": "2"}})
+    stale = {"metadata": {"resourceVersion": created.metadata.resource_version}, "data": {"k": "3"}}
+    with pytest.raises(ApiException) as caught:
+        await core.patch_namespaced_config_map("cm", "default", stale)
+    assert caught.value.status == 409
+
+
+@pytest.mark.parametrize(
+    ("content_type", "body", "expected"),
+    [
+        pytest.param(
+            "application/merge-patch+json",
+            {"data": {"b": "2", "a": None}},
+            {"b": "2"},
+            id="merge-patch-null-deletes",
+        ),
+        pytest.param(
+            "application/strategic-merge-patch+json",
+            {"data": {"b": "2"}},
+            {"a": "1", "b": "2"},
+            id="strategic-merge-patch",
+        ),
+        pytest.param(
+            "application/json-patch+json",
+            [{"op": "replace", "path": "/data/a", "value": "9"}],
+            {"a": "9"},
+            id="json-patch",
+        ),
+    ],
+)
+async def test_patch_content_types_on_a_builtin(
+    core: client.CoreV1Api, content_type: str, body: object, expected: dict
+) -> None:
+    await core.create_namespaced_config_map("default", config_map("cm", a="1"))
+    patched = await core.patch_namespaced_config_map(
+        "cm", "default", body, _content_type=content_type
+    )
+    assert patched.data == expected
+
+
+async def test_strategic_merge_patch_merges_containers_by_name(
+    kube: FakeKube, core: client.CoreV1Api
+) -> None:
+    pod = {
+        "metadata": {"name": "p"},
+        "spec": {"containers": [{"name": "a", "image": "a:1"}, {"name": "b", "image": "b:1"}]},
+    }
+    await core.create_namespaced_pod("default", pod)
+    patched = await core.patch_namespaced_pod(
+        "p",
+        "default",
+        {"spec": {"containers": [{"name": "b", "image": "b:2"}]}},
+        _content_type="application/strategic-merge-patch+json",
+    )
+    assert [(c.name, c.image) for c in patched.spec.containers] == [("a", "a:1"), ("b", "b:2")]
+
+
+async def test_patch_with_plain_json_content_type_is_415(api: client.ApiClient) -> None:
+    core = client.CoreV1Api(api)
+    await core.create_namespaced_config_map("default", config_map("cm", a="1"))
+    with pytest.raises(ApiException) as caught:
+        await core.patch_namespaced_config_map(
+            "cm", "default", {"data": {"a": "2"}}, _content_type="application/json"
+        )
+    assert caught.value.status == 415
+    assert json.loads(caught.value.body)["reason"] == "UnsupportedMediaType"
+
+
+async def test_pod_spec_is_immutable_except_images(core: client.CoreV1Api) -> None:
+    pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "a", "image": "a:1"}]}}
+    await core.create_namespaced_pod("default", pod)
+    await core.patch_namespaced_pod(
+        "p", "default", {"spec": {"containers": [{"name": "a", "image": "a:2"}]}}
+    )
+    with pytest.raises(ApiException) as caught:
+        await core.patch_namespaced_pod("p", "default", {"spec": {"restartPolicy": "Never"}})
+    assert caught.value.status == 422
+
+
+async def test_delete_removes_and_delete_precondition_conflicts(
+    core: client.CoreV1Api,
+) -> None:
+    created = await core.create_namespaced_config_map("default", config_map("cm"))
+    with pytest.raises(ApiException) as caught:
+        await core.delete_namespaced_config_map(
+            "cm",
+            "default",
+            body=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid="other")),
+        )
+    assert caught.value.status == 409
+    await core.delete_namespaced_config_map(
+        "cm",
+        "default",
+        body=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=created.metadata.uid)),
+    )
+    with pytest.raises(ApiException) as missing:
+        await core.read_namespaced_config_map("cm", "default")
+    assert missing.value.status == 404
+
+
+async def test_generate_name_and_pagination(core: client.CoreV1Api) -> None:
+    for _ in range(5):
+        await core.create_namespaced_config_map("default", {"metadata": {"generateName": "gen-"}})
+    first = await core.list_namespaced_config_map("default", limit=2)
+    assert len(first.items) == 2
+    assert first.metadata._continue
+    names = [i.metadata.name for i in first.items]
+    token = first.metadata._continue
+    while token:
+        page = await core.list_namespaced_config_map("default", limit=2, _continue=token)
+        names += [i.metadata.name for i in page.items]
+        token = page.metadata._continue
+    assert len(names) == len(set(names)) == 5
+    assert all(name.startswith("gen-") and len(name) == 9 for name in names)
+
+
+async def test_discovery_lists_groups_and_lws_scale(api: client.ApiClient) -> None:
+    groups = await client.ApisApi(api).get_api_versions()
+    names = {g.name for g in groups.groups}
+    assert {
+        "coordination.k8s.io",
+        "scheduling.k8s.io",
+        "events.k8s.io",
+        "leaderworkerset.x-k8s.io",
+    } <= names
+    resources = await client.CustomObjectsApi(api).get_api_resources(
+        "leaderworkerset.x-k8s.io", "v1"
+    )
+    by_name = {r.name: r for r in resources.resources}
+    assert by_name["leaderworkersets"].namespaced
+    assert by_name["leaderworkersets/scale"].kind == "Scale"
+    core = await client.CoreApi(api).get_api_versions()
+    assert core.versions == ["v1"]
