@@ -30,6 +30,8 @@ from forecasting.models import DEFAULT_MODEL, MODELS, make_forecaster
 from forecasting.series import FloatArray, Series, resample
 
 DEFAULT_TRAIN_S = 7 * DAY_S
+# Fewer scored forecasts than this say nothing about a model; refuse rather than report.
+MIN_SCORED_ORIGINS = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +95,7 @@ def run_backtest(
     models: Sequence[str] = tuple(MODELS),
     train_s: float | None = None,
     refit_every_s: float = DAY_S,
+    min_scored_origins: int = MIN_SCORED_ORIGINS,
 ) -> BacktestReport:
     """Score `models` (the two baselines are always included) on `series`."""
     windows = resample(series, step_s=step_s)
@@ -126,8 +129,12 @@ def run_backtest(
     scored = np.isfinite(targets)
     for run in runs.values():
         scored &= np.isfinite(run.point) & np.isfinite(run.upper)
-    if not scored.any():
-        raise InsufficientHistory("no origin has both an observed target and forecasts")
+    if scored.sum() < min_scored_origins:
+        raise InsufficientHistory(
+            f"only {int(scored.sum())} forecasts could be scored (need {min_scored_origins}):"
+            f" {ends.size} windows of {step_s:g} s, {train} for training, horizon {horizon_s:g} s;"
+            " try a shorter horizon or step"
+        )
     y = targets[scored]
     scale = _naive_scale(actual[:train])
     maes = {name: float(np.mean(np.abs(run.point[scored] - y))) for name, run in runs.items()}

@@ -1,0 +1,195 @@
+"""Rolling-origin backtest, its metrics, the trace loaders and the `backtest` command."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from autoscaler import cli
+from autoscaler.commands import backtest as backtest_command
+from forecasting.backtest import _smape, run_backtest
+from forecasting.errors import InsufficientHistory, TraceFormatError
+from forecasting.series import Series
+from forecasting.traces import load_trace
+from tests.forecasting.traces import DAY_WINDOWS, STEP_S, servegen_cut
+from tests.harness.shared_data import shared_data_path
+
+CONTRACT_MODEL_KEYS = {
+    "mase",
+    "smape",
+    "ratio_vs_persistence",
+    "ratio_vs_seasonal_naive",
+    "coverage",
+    "fit_seconds_median",
+}
+
+
+@pytest.fixture(scope="module")
+def small_report():
+    # Rows 0-575 (days 0-3) of servegen_m-small: 3 days to train, 1 day scored, one fit each.
+    return run_backtest(
+        servegen_cut("m-small", 0, 4 * DAY_WINDOWS),
+        trace="m-small-days-0-3",
+        horizon_s=1800,
+        step_s=STEP_S,
+        train_s=3 * 86_400,
+    )
+
+
+def test_backtest_scores_every_model_on_the_same_origins(small_report) -> None:
+    assert small_report.train_windows == 3 * DAY_WINDOWS
+    assert small_report.scored_origins == DAY_WINDOWS - 3 + 1
+    assert set(small_report.models) == {
+        "persistence",
+        "seasonal_naive",
+        "holt_winters",
+        "state_space",
+    }
+    persistence = small_report.models["persistence"]
+    assert persistence.ratio_vs_persistence == 1.0
+    naive = small_report.models["seasonal_naive"]
+    assert naive.ratio_vs_seasonal_naive == 1.0
+    assert persistence.ratio_vs_seasonal_naive == pytest.approx(persistence.mae / naive.mae)
+    for score in small_report.models.values():
+        assert 0 <= score.coverage <= 1
+        assert 0 <= score.smape <= 200
+        assert score.mase > 0 and score.fit_seconds_median >= 0
+
+
+def test_default_model_beats_seasonal_naive_on_the_small_cut(small_report) -> None:
+    # A weak check on a one-day evaluation; the acceptance figures come from the full
+    # benchmark (benchmarks/forecast.py, docs/forecasting.md).
+    default = small_report.models[small_report.default_model]
+    assert default.fallback_share == 0
+    assert default.ratio_vs_seasonal_naive < 1
+
+
+def test_contract_json_has_exactly_the_design_keys(small_report) -> None:
+    document = small_report.contract_json()
+    assert set(document) == {"trace", "horizon_s", "default_model", "models"}
+    assert document["horizon_s"] == 1800
+    assert document["default_model"] == "state_space"
+    for scores in document["models"].values():
+        assert set(scores) == CONTRACT_MODEL_KEYS
+
+
+def test_persistence_error_matches_a_direct_computation() -> None:
+    history = servegen_cut("m-small", 0, 4 * DAY_WINDOWS)
+    report = run_backtest(
+        history,
+        trace="t",
+        horizon_s=1200,
+        step_s=STEP_S,
+        train_s=3 * 86_400,
+        models=["persistence"],
+    )
+    y = history.values
+    train, steps = 3 * DAY_WINDOWS, 2
+    errors = []
+    for origin in range(train, y.size - steps + 1):
+        target = y[origin - 1 + steps]
+        if np.isfinite(target):
+            last = y[:origin][np.isfinite(y[:origin])][-1]
+            errors.append(abs(target - last))
+    assert report.models["persistence"].mae == pytest.approx(np.mean(errors))
+    scale = np.nanmean(np.abs(np.diff(y[:train])))
+    assert report.models["persistence"].mase == pytest.approx(np.mean(errors) / scale)
+
+
+def test_smape_counts_zero_over_zero_as_exact() -> None:
+    assert _smape(np.array([0.0, 1.0]), np.array([0.0, 3.0])) == pytest.approx(50.0)
+
+
+def test_too_short_a_trace_is_refused() -> None:
+    with pytest.raises(InsufficientHistory, match="cannot hold"):
+        run_backtest(Series([600.0, 1200.0], [1.0, 2.0]), trace="t", horizon_s=3600, step_s=600)
+
+
+def test_servegen_all_zero_windows_load_as_missing() -> None:
+    trace = load_trace("servegen_m-small")
+    frame = pd.read_csv(shared_data_path("traces", "servegen_m-small_600s.csv"))
+    gaps = (frame["requests_per_s"] == 0) & (frame["active_clients"] == 0)
+    assert gaps.sum() == 37
+    assert np.isnan(trace.series.values).sum() == 37
+    assert trace.native_step_s == 600
+    assert trace.series.timestamps_s[0] == 600  # labelled by the window's end
+
+
+def test_raw_azure_csv_counts_the_same_requests_as_the_per_second_file() -> None:
+    raw = load_trace("AzureLLMInferenceTrace_code")
+    per_second = load_trace("azure2023_code")
+    assert raw.series.values.sum() == 8819
+    np.testing.assert_array_equal(raw.series.values, per_second.series.values)
+
+
+def test_unknown_format_is_refused(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.csv"
+    bad.write_text("when,how_many\n0,1\n")
+    with pytest.raises(TraceFormatError, match="matches no known trace format"):
+        load_trace(str(bad))
+
+
+def run_command(*argv: str) -> int:
+    parser = argparse.ArgumentParser()
+    backtest_command.add_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["backtest", *argv])
+    code: int = args.func(args)
+    return code
+
+
+def test_backtest_is_a_registered_command() -> None:
+    assert "backtest" in cli.COMMANDS
+
+
+def test_command_writes_the_contract_json_for_a_trace_file(tmp_path: Path, capsys) -> None:
+    # Rows 0-575 of servegen_m-small written as a ServeGen-format file.
+    frame = pd.read_csv(shared_data_path("traces", "servegen_m-small_600s.csv")).iloc[:576]
+    trace = tmp_path / "cut.csv"
+    frame.to_csv(trace, index=False)
+    out = tmp_path / "report.json"
+    code = run_command(
+        "--trace", str(trace), "--horizon", "30m", "--model", "state_space", "--json", str(out)
+    )
+    assert code == 0
+    document = json.loads(out.read_text())
+    assert document["trace"] == "cut"
+    assert document["horizon_s"] == 1800
+    assert set(document["models"]) == {"persistence", "seasonal_naive", "state_space"}
+    assert all(math.isfinite(v) for v in document["models"]["state_space"].values())
+    assert "state_space" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        pytest.param(["--trace", "no-such-trace"], "no trace file", id="unknown-trace"),
+        pytest.param(
+            ["--trace", "azure2023_code"], "only 1 forecasts could be scored", id="hour-at-5m-step"
+        ),
+    ],
+)
+def test_command_reports_bad_input_and_exits_2(argv, message, capsys) -> None:
+    assert run_command(*argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_command_scores_the_raw_azure_trace_at_a_short_step(capsys) -> None:
+    assert (
+        run_command("--trace", "AzureLLMInferenceTrace_conv", "--horizon", "2m", "--step", "1m")
+        == 0
+    )
+    out = capsys.readouterr().out
+    # One hour holds no daily cycle: the seasonal models say so by falling back every time.
+    assert "windows of 60 s" in out
+    assert out.splitlines()[-1].split()[-2] == "1.000"
+
+
+def test_command_rejects_a_horizon_without_unit() -> None:
+    with pytest.raises(SystemExit):
+        run_command("--horizon", "30")

@@ -1,0 +1,143 @@
+"""The off-loop fitter: the loop keeps ticking while a slow fit runs in a worker process."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import multiprocessing
+import time
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from forecasting.fitter import BackgroundFitter
+from forecasting.models import make_forecaster
+from forecasting.state_space import DailyStateSpace
+from tests.forecasting.traces import servegen_rates
+
+FIVE_MIN_S = 300.0
+SLOW_FIT_S = 1.5
+
+
+class SlowStateSpace(DailyStateSpace):
+    """The real state-space model with a deliberately slow fit."""
+
+    def _fit_windows(self, values):  # type: ignore[no-untyped-def]
+        time.sleep(SLOW_FIT_S)
+        super()._fit_windows(values)
+
+
+def make_slow() -> SlowStateSpace:
+    return SlowStateSpace(step_s=FIVE_MIN_S)
+
+
+def five_minute_m_small(days: int) -> tuple[np.ndarray, np.ndarray]:
+    """servegen_m-small rows 0..days*144-1, each 600 s window split into two 300 s halves
+    carrying the window's mean rate (the shared multi-day traces are 10-minute means)."""
+    rates = np.repeat(servegen_rates("m-small")[: days * 144], 2)
+    ends = (np.arange(rates.size) + 1) * FIVE_MIN_S
+    return ends, rates
+
+
+async def test_loop_keeps_ticking_while_a_slow_fit_runs_in_a_process() -> None:
+    ends, rates = five_minute_m_small(days=3)
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
+        fitter: BackgroundFitter[str] = BackgroundFitter(
+            make_forecaster=make_slow, executor=pool, refit_interval_s=3600
+        )
+        history = 2 * 288 + 10
+        fitter.observe("decode", ends[:history].tolist(), rates[:history].tolist())
+        assert fitter.tick(now_s=0) == 1
+        assert fitter.forecast("decode", 1800).fallback_reason == "not fitted yet"
+
+        gaps: list[float] = []
+        fed = history
+        last = time.perf_counter()
+        started = last
+        while fitter.fits_completed("decode") == 0:
+            await asyncio.sleep(0.01)
+            now = time.perf_counter()
+            gaps.append(now - last)
+            last = now
+            # Ticks go on: observations arrive and the baseline answers meanwhile.
+            fitter.observe("decode", [float(ends[fed])], [float(rates[fed])])
+            fed += 1
+            assert fitter.forecast("decode", 1800) is not None
+            fitter.tick(now_s=now - started)
+            assert now - started < 60, "the fit never finished"
+
+    assert now - started >= SLOW_FIT_S
+    assert len(gaps) > SLOW_FIT_S / 0.05
+    assert max(gaps) < 0.25, f"the loop stalled for {max(gaps):.3f} s"
+    result = fitter.forecast("decode", 1800)
+    assert result.fallback_reason is None
+    assert fitter.last_fit_error("decode") is None
+    # Observations that arrived during the fit were replayed onto the new model.
+    model = fitter._series["decode"].forecaster
+    assert model.last_window_end_s == ends[fed - 1]
+
+
+def test_fits_are_staggered_one_at_a_time() -> None:
+    ends, rates = five_minute_m_small(days=3)
+    make = functools.partial(make_forecaster, "state_space", step_s=FIVE_MIN_S)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        fitter: BackgroundFitter[str] = BackgroundFitter(
+            make_forecaster=make, executor=pool, refit_interval_s=600, max_fits_in_flight=1
+        )
+        for key in ("a", "b", "c"):
+            fitter.observe(key, ends.tolist(), rates.tolist())
+        assert fitter.tick(now_s=0) == 1
+        assert fitter.tick(now_s=0) == 0  # one in flight already
+        for now in (10, 20):
+            fitter._series[_in_flight(fitter)].in_flight.result(timeout=30)
+            assert fitter.tick(now_s=now) == 1
+        fitter._series[_in_flight(fitter)].in_flight.result(timeout=30)
+        assert fitter.tick(now_s=30) == 0  # all fitted, none due before 10 + 600
+        assert [fitter.fits_completed(k) for k in "abc"] == [1, 1, 1]
+        due = sorted(s.fit_due_s for s in fitter._series.values())
+        assert due == [610, 620, 630]
+        assert fitter.tick(now_s=615) == 1  # only the first is due again
+
+
+def _in_flight(fitter: BackgroundFitter[str]) -> str:
+    (key,) = [k for k, s in fitter._series.items() if s.in_flight is not None]
+    return key
+
+
+def _broken_factory() -> DailyStateSpace:
+    raise RuntimeError("worker cannot build the model")
+
+
+def test_a_failed_worker_keeps_the_previous_model() -> None:
+    calls = {"n": 0}
+
+    def make() -> DailyStateSpace:
+        # The loop's first instance is fine; the worker's call fails.
+        calls["n"] += 1
+        return DailyStateSpace(step_s=FIVE_MIN_S) if calls["n"] == 1 else _broken_factory()
+
+    ends, rates = five_minute_m_small(days=1)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        fitter: BackgroundFitter[str] = BackgroundFitter(
+            make_forecaster=make, executor=pool, refit_interval_s=60
+        )
+        fitter.observe("x", ends.tolist(), rates.tolist())
+        fitter.tick(now_s=0)
+        with pytest.raises(RuntimeError):
+            fitter._series["x"].in_flight.result(timeout=30)
+        fitter.tick(now_s=1)
+    assert fitter.last_fit_error("x") == "RuntimeError: worker cannot build the model"
+    assert fitter.forecast("x", 600).point == rates[-1]
+    assert fitter._series["x"].fit_due_s == 61
+
+
+def test_observations_going_back_in_time_are_refused() -> None:
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        fitter: BackgroundFitter[str] = BackgroundFitter(
+            make_forecaster=lambda: DailyStateSpace(), executor=pool, refit_interval_s=60
+        )
+        fitter.observe("x", [100.0], [1.0])
+        with pytest.raises(ValueError, match="back in time"):
+            fitter.observe("x", [50.0], [1.0])
