@@ -1,0 +1,374 @@
+"""Balloon gangs (DESIGN section 7): whole-gang placeholders that real gangs preempt.
+
+A balloon gang is one pause pod per gang member with exactly the member's resource requests,
+limits and placement, at priority class `gang-autoscaler-balloon` (-5). Members of one
+balloon gang share a label and a required pod affinity on the LWS's exclusive topology key,
+so the capacity they hold is capacity one real gang can use. A balloon gang with a missing
+member holds nothing a gang can use, so it is deleted whole and recreated whole.
+
+This module builds manifests and decides what to create and delete from the balloon pods
+that exist (pure functions, tested on dicts); `BalloonWriter` carries the decisions out.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from autoscaler.adapters.kube_errors import BalloonShapeError, KubeApiError
+from autoscaler.adapters.kube_objects import (
+    BALLOON_FOR_LABEL,
+    BALLOON_GANG_LABEL,
+    BALLOON_MEMBER_LABEL,
+    BALLOON_SHAPE_ANNOTATION,
+    LWS_API_VERSION,
+    LWS_KIND,
+    MANAGED_BY_LABEL,
+    MANAGED_BY_VALUE,
+    Obj,
+    annotations_of,
+    int_label,
+    is_terminating,
+    labels,
+    meta,
+    pod_is_finished,
+)
+from autoscaler.core.shape import GangShape, PodShape, Resources
+
+log = logging.getLogger(__name__)
+
+PRIORITY_CLASS_NAME = "gang-autoscaler-balloon"
+# Below every real workload (default 0) and above the cluster-autoscaler's expendable cutoff
+# (-10), so a Pending balloon still makes the cluster grow.
+PRIORITY_CLASS_VALUE = -5
+PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
+_MAX_LABEL_VALUE = 63
+
+
+def balloon_pod_name(lws_name: str, gang_index: int, member: int) -> str:
+    return f"{lws_name}-balloon-{gang_index}-{member}"
+
+
+def _quantity(resource: str, amount: int) -> str:
+    # Base units back to quantities: CPU is held in millicores, everything else in units.
+    return f"{amount}m" if resource == "cpu" else str(amount)
+
+
+def _resources(amounts: Resources) -> dict[str, str]:
+    return {name: _quantity(name, amount) for name, amount in sorted(amounts.items()) if amount}
+
+
+def _member_spec(pod: PodShape, *, affinity_term: Mapping[str, Any] | None) -> dict[str, Any]:
+    resources: dict[str, Any] = {"requests": _resources(pod.requests)}
+    if pod.limits:
+        resources["limits"] = _resources(pod.limits)
+    spec: dict[str, Any] = {
+        "containers": [{"name": "pause", "image": PAUSE_IMAGE, "resources": resources}],
+        "priorityClassName": PRIORITY_CLASS_NAME,
+        "terminationGracePeriodSeconds": 0,
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+    }
+    if pod.node_selector:
+        spec["nodeSelector"] = dict(pod.node_selector)
+    if pod.raw_tolerations:
+        spec["tolerations"] = [dict(t) for t in pod.raw_tolerations]
+    affinity = copy.deepcopy(dict(pod.affinity)) if pod.affinity else {}
+    if affinity_term is not None:
+        pod_affinity = affinity.setdefault("podAffinity", {})
+        terms = pod_affinity.setdefault("requiredDuringSchedulingIgnoredDuringExecution", [])
+        terms.append(dict(affinity_term))
+    if affinity:
+        spec["affinity"] = affinity
+    return spec
+
+
+def shape_digest(shape: GangShape) -> str:
+    """A short digest of everything a balloon copies from the LWS: when the LWS templates
+    change, balloons built from the old shape are replaced."""
+    parts = [
+        _member_spec(shape.leader, affinity_term=None),
+        _member_spec(shape.worker, affinity_term=None),
+        shape.pods_per_gang,
+        shape.topology_key,
+    ]
+    text = json.dumps(parts, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def balloon_gang_manifests(
+    lws: Obj, *, shape: GangShape, gang_index: int
+) -> tuple[dict[str, Any], ...]:
+    """The pod manifests of balloon gang `gang_index` for this LWS, member 0 (leader) first."""
+    lws_name = str(meta(lws).get("name", ""))
+    uid = meta(lws).get("uid")
+    if len(lws_name) > _MAX_LABEL_VALUE:
+        raise BalloonShapeError(
+            f"LWS name {lws_name!r} is longer than {_MAX_LABEL_VALUE} characters and cannot "
+            f"be a label value of {BALLOON_FOR_LABEL}"
+        )
+    if not uid:
+        raise BalloonShapeError(f"LWS {lws_name!r} has no uid; cannot own balloon pods")
+    gang_labels = {BALLOON_FOR_LABEL: lws_name, BALLOON_GANG_LABEL: str(gang_index)}
+    term = (
+        {"labelSelector": {"matchLabels": dict(gang_labels)}, "topologyKey": shape.topology_key}
+        if shape.topology_key
+        else None
+    )
+    digest = shape_digest(shape)
+    pods = []
+    for member, pod_shape in enumerate(shape.pods):
+        pods.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": balloon_pod_name(lws_name, gang_index, member),
+                    "namespace": meta(lws).get("namespace"),
+                    "labels": {
+                        MANAGED_BY_LABEL: MANAGED_BY_VALUE,
+                        **gang_labels,
+                        BALLOON_MEMBER_LABEL: str(member),
+                    },
+                    "annotations": {BALLOON_SHAPE_ANNOTATION: digest},
+                    "ownerReferences": [
+                        {
+                            "apiVersion": LWS_API_VERSION,
+                            "kind": LWS_KIND,
+                            "name": lws_name,
+                            "uid": uid,
+                            "blockOwnerDeletion": False,
+                            "controller": False,
+                        }
+                    ],
+                },
+                "spec": _member_spec(pod_shape, affinity_term=term),
+            }
+        )
+    return tuple(pods)
+
+
+@dataclass(frozen=True, slots=True)
+class BalloonPlan:
+    """What to do with one LWS's balloon gangs this pass."""
+
+    delete_pods: tuple[str, ...]  # pod names, whole gangs only
+    create_gangs: tuple[int, ...]  # gang indexes to create whole (no pod of them exists)
+    broken_gangs: tuple[int, ...]  # gangs with a missing, preempted or stale member
+    held_gangs: int  # complete, current-shape balloon gangs below the desired count
+
+    @property
+    def changes(self) -> bool:
+        return bool(self.delete_pods or self.create_gangs)
+
+
+def balloon_pods_of(pods: Iterable[Obj], *, lws_name: str) -> list[Obj]:
+    return [
+        p
+        for p in pods
+        if labels(p).get(MANAGED_BY_LABEL) == MANAGED_BY_VALUE
+        and labels(p).get(BALLOON_FOR_LABEL) == lws_name
+    ]
+
+
+def _is_whole(members: list[Obj], *, pods_per_gang: int, digest: str) -> bool:
+    """Every member present once, alive, and built from the LWS's current shape."""
+    indexes = [int_label(p, BALLOON_MEMBER_LABEL) for p in members]
+    return (
+        None not in indexes
+        and sorted(i for i in indexes if i is not None) == list(range(pods_per_gang))
+        and not any(is_terminating(p) or pod_is_finished(p) for p in members)
+        and all(annotations_of(p).get(BALLOON_SHAPE_ANNOTATION) == digest for p in members)
+    )
+
+
+def _by_gang(pods: Iterable[Obj], *, lws_name: str) -> tuple[dict[int, list[Obj]], list[str]]:
+    gangs: dict[int, list[Obj]] = {}
+    stray: list[str] = []
+    for pod in balloon_pods_of(pods, lws_name=lws_name):
+        gang = int_label(pod, BALLOON_GANG_LABEL)
+        if gang is None:
+            stray.append(str(meta(pod).get("name")))
+        else:
+            gangs.setdefault(gang, []).append(pod)
+    return gangs, stray
+
+
+def whole_balloon_gangs(
+    pods: Iterable[Obj], *, lws_name: str, pods_per_gang: int, digest: str
+) -> int:
+    """How many complete, current-shape balloon gangs exist for this LWS."""
+    gangs, _ = _by_gang(pods, lws_name=lws_name)
+    return sum(
+        1
+        for members in gangs.values()
+        if _is_whole(members, pods_per_gang=pods_per_gang, digest=digest)
+    )
+
+
+def plan_balloons(
+    pods: Iterable[Obj],
+    *,
+    lws_name: str,
+    desired_gangs: int,
+    pods_per_gang: int,
+    digest: str,
+) -> BalloonPlan:
+    """Decide deletions and creations so that gangs 0..desired-1 exist whole and current.
+
+    Gangs at or above `desired_gangs` go (so a resize removes the highest-numbered first);
+    a gang with a missing, terminating, finished, duplicated or stale-shape member is deleted
+    whole; a gang index with no pod left at all is created. A gang whose deleted pods are still
+    terminating is recreated on a later pass, once its names are free.
+    """
+    gangs, stray = _by_gang(pods, lws_name=lws_name)
+    delete: list[str] = list(stray)
+    broken: list[int] = []
+    held = 0
+    occupied: set[int] = set()
+    for gang, members in sorted(gangs.items()):
+        occupied.add(gang)
+        live = [p for p in members if not is_terminating(p)]
+        if gang >= desired_gangs:
+            delete.extend(str(meta(p).get("name")) for p in live)
+            continue
+        if _is_whole(members, pods_per_gang=pods_per_gang, digest=digest):
+            held += 1
+        else:
+            broken.append(gang)
+            delete.extend(str(meta(p).get("name")) for p in live)
+    create = tuple(g for g in range(desired_gangs) if g not in occupied)
+    return BalloonPlan(
+        delete_pods=tuple(sorted(delete)),
+        create_gangs=create,
+        broken_gangs=tuple(broken),
+        held_gangs=held,
+    )
+
+
+def priority_class_manifest() -> dict[str, Any]:
+    return {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {
+            "name": PRIORITY_CLASS_NAME,
+            "labels": {MANAGED_BY_LABEL: MANAGED_BY_VALUE},
+        },
+        "value": PRIORITY_CLASS_VALUE,
+        "globalDefault": False,
+        # A placeholder must never evict anything; it only waits to be evicted.
+        "preemptionPolicy": "Never",
+        "description": "Balloon gangs of gang-autoscaler: placeholders that real gangs preempt.",
+    }
+
+
+def _api_error(what: str, err: ApiException) -> KubeApiError:
+    return KubeApiError(f"{what}: {err.status} {err.reason}", status=err.status)
+
+
+async def ensure_priority_class(api_client: client.ApiClient) -> str:
+    """Create the balloon PriorityClass if missing; return a one-line status for the log.
+
+    Raises KubeApiError when the class exists with another value (values are immutable, so a
+    human must fix it) or cannot be read or created (RBAC).
+    """
+    api: Any = client.SchedulingV1Api(api_client)
+    try:
+        existing = await api.read_priority_class(PRIORITY_CLASS_NAME)
+    except ApiException as err:
+        if err.status != 404:
+            raise _api_error(f"reading PriorityClass {PRIORITY_CLASS_NAME}", err) from err
+    else:
+        if existing.value != PRIORITY_CLASS_VALUE:
+            raise KubeApiError(
+                f"PriorityClass {PRIORITY_CLASS_NAME} has value {existing.value}, expected "
+                f"{PRIORITY_CLASS_VALUE}; balloons would not be preempted as designed. Delete it "
+                "and let the autoscaler (or the Helm chart) recreate it."
+            )
+        return f"PriorityClass {PRIORITY_CLASS_NAME} exists with value {existing.value}"
+    try:
+        await api.create_priority_class(priority_class_manifest())
+    except ApiException as err:
+        if err.status == 409:  # created meanwhile by the other replica or the chart
+            return f"PriorityClass {PRIORITY_CLASS_NAME} exists"
+        raise _api_error(
+            f"creating PriorityClass {PRIORITY_CLASS_NAME} (install it with the Helm chart or "
+            "grant create on priorityclasses.scheduling.k8s.io)",
+            err,
+        ) from err
+    return f"PriorityClass {PRIORITY_CLASS_NAME} created with value {PRIORITY_CLASS_VALUE}"
+
+
+@dataclass(frozen=True, slots=True)
+class BalloonResult:
+    deleted_pods: tuple[str, ...]
+    created_gangs: tuple[int, ...]
+    broken_gangs: tuple[int, ...]
+    failed: tuple[str, ...]  # one line per failed gang or pod
+
+
+class BalloonWriter:
+    """Carries out a `BalloonPlan` through the API, one whole gang at a time."""
+
+    def __init__(self, api_client: client.ApiClient) -> None:
+        self._core: Any = client.CoreV1Api(api_client)
+
+    async def _delete(self, namespace: str, pod_name: str) -> str | None:
+        try:
+            await self._core.delete_namespaced_pod(
+                pod_name, namespace, grace_period_seconds=0, propagation_policy="Background"
+            )
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            return f"delete {namespace}/{pod_name}: {err.status} {err.reason}"
+        return None
+
+    async def _create_gang(self, namespace: str, manifests: Iterable[dict[str, Any]]) -> str | None:
+        created: list[str] = []
+        for manifest in manifests:
+            try:
+                await self._core.create_namespaced_pod(namespace, manifest)
+            except ApiException as err:
+                # Never leave part of a balloon gang behind: undo what this pass created.
+                for pod_name in created:
+                    await self._delete(namespace, pod_name)
+                what = manifest["metadata"]["name"]
+                return f"create {namespace}/{what}: {err.status} {err.reason}"
+            created.append(manifest["metadata"]["name"])
+        return None
+
+    async def carry_out(
+        self, lws: Obj, *, shape: GangShape, plan: BalloonPlan, dry_run: bool
+    ) -> BalloonResult:
+        namespace = str(meta(lws).get("namespace"))
+        failed: list[str] = []
+        if dry_run:
+            return BalloonResult((), (), plan.broken_gangs, ())
+        for pod_name in plan.delete_pods:
+            problem = await self._delete(namespace, pod_name)
+            if problem:
+                failed.append(problem)
+        created: list[int] = []
+        for gang in plan.create_gangs:
+            try:
+                manifests = balloon_gang_manifests(lws, shape=shape, gang_index=gang)
+            except BalloonShapeError as err:
+                failed.append(str(err))
+                break
+            problem = await self._create_gang(namespace, manifests)
+            if problem:
+                failed.append(problem)
+            else:
+                created.append(gang)
+        if failed:
+            log.warning("balloon writes failed for %s: %s", meta(lws).get("name"), failed)
+        return BalloonResult(plan.delete_pods, tuple(created), plan.broken_gangs, tuple(failed))

@@ -1,0 +1,87 @@
+"""Gang state of one LWS from its pods: ready, starting, partial or pending, and since when.
+
+Pods are matched to groups by the labels the LWS controller sets (`.../name`,
+`.../group-index`). Pure: plain pod dicts in, `GangStatus` values out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from autoscaler.adapters.kube_objects import (
+    GROUP_INDEX_LABEL,
+    LWS_NAME_LABEL,
+    WORKER_INDEX_LABEL,
+    Obj,
+    condition_true,
+    int_label,
+    is_terminating,
+    labels,
+    meta,
+    parse_time_s,
+    pod_is_bound,
+    pod_is_finished,
+)
+from autoscaler.core.model import GangStatus
+
+
+def gang_statuses(
+    pods: Iterable[Obj], *, lws_name: str, pods_per_gang: int, spec_gangs: int
+) -> tuple[GangStatus, ...]:
+    """One `GangStatus` per group index below `spec_gangs`, in index order.
+
+    Terminating and finished pods are left out: they are leaving and serve nothing, so a
+    group whose pod is being replaced counts that member as missing. Groups at or above
+    `spec_gangs` are being scaled away and are not reported. A group with no pod yet is
+    PENDING with an unknown start (`not_ready_since_s=None`).
+    """
+    by_group: dict[int, list[Obj]] = {}
+    for pod in pods:
+        if labels(pod).get(LWS_NAME_LABEL) != lws_name:
+            continue
+        if is_terminating(pod) or pod_is_finished(pod):
+            continue
+        group = int_label(pod, GROUP_INDEX_LABEL)
+        if group is None or group >= spec_gangs:
+            continue
+        by_group.setdefault(group, []).append(pod)
+
+    statuses = []
+    for group in range(spec_gangs):
+        members = by_group.get(group, [])
+        ready = [p for p in members if condition_true(p, "Ready")]
+        scheduled = [p for p in members if pod_is_bound(p)]
+        not_ready = [p for p in members if not condition_true(p, "Ready")]
+        created = [parse_time_s(meta(p).get("creationTimestamp")) for p in not_ready]
+        known = [t for t in created if t is not None]
+        is_ready = len(ready) >= pods_per_gang
+        statuses.append(
+            GangStatus(
+                group_index=group,
+                pods_expected=pods_per_gang,
+                pods_scheduled=min(len(scheduled), pods_per_gang),
+                pods_ready=min(len(ready), pods_per_gang),
+                not_ready_since_s=None if is_ready or not known else min(known),
+            )
+        )
+    return tuple(statuses)
+
+
+def ready_leader_pods(
+    pods: Iterable[Obj], *, lws_name: str, gangs: Iterable[GangStatus]
+) -> dict[str, int]:
+    """Leader pod name -> group index, for the ready gangs only.
+
+    Only leaders (worker-index 0) serve vLLM metrics in a multi-node gang, and only ready
+    gangs' numbers are trusted, so this is the map the Prometheus adapter joins on.
+    """
+    ready = {g.group_index for g in gangs if g.pods_ready >= g.pods_expected}
+    out: dict[str, int] = {}
+    for pod in pods:
+        if labels(pod).get(LWS_NAME_LABEL) != lws_name or is_terminating(pod):
+            continue
+        group = int_label(pod, GROUP_INDEX_LABEL)
+        worker = int_label(pod, WORKER_INDEX_LABEL)
+        if group in ready and worker == 0:
+            out[str(meta(pod).get("name"))] = group
+    return out

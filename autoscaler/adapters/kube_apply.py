@@ -1,0 +1,317 @@
+"""The act step: carry a `GangPlan` out on the cluster, and say what was done.
+
+Per component: report a rejected policy (Warning Event, no write), scale the LWS through
+`/scale`, report rolled-back and stuck partial gangs, and bring its balloon gangs to the
+planned count. Everything is idempotent: repeating a plan after a crash changes nothing
+that is already right. Balloon pods are listed fresh from the API for every pass, not taken
+from the watch cache, so a lagging watch never makes a whole balloon gang look partial.
+
+Writes happen only while `may_write()` holds (the leader Lease); a lost lease stops the
+pass with `NotLeader` before the next write.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from autoscaler.adapters.balloons import (
+    BalloonPlan,
+    BalloonResult,
+    BalloonWriter,
+    plan_balloons,
+    shape_digest,
+)
+from autoscaler.adapters.kube_errors import KubeAdapterError, KubeApiError, NotLeader
+from autoscaler.adapters.kube_events import NORMAL, WARNING, EventRecorder, ObjectRef, camel_reason
+from autoscaler.adapters.kube_objects import (
+    BALLOON_FOR_LABEL,
+    BALLOON_GANG_LABEL,
+    MANAGED_BY_LABEL,
+    MANAGED_BY_VALUE,
+    int_label,
+    labels,
+    namespace,
+)
+from autoscaler.adapters.kube_state import ComponentState, KubeState
+from autoscaler.adapters.lws_scaler import LwsScaler, ScaleOutcome, ScaleResult
+from autoscaler.core.gang_plan import ComponentPlan, GangPlan
+from autoscaler.core.model import ComponentKey
+
+log = logging.getLogger(__name__)
+
+BALLOON_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE},{BALLOON_FOR_LABEL}"
+
+
+@dataclass(frozen=True, slots=True)
+class ComponentApplied:
+    key: ComponentKey
+    dry_run: bool
+    scale: ScaleOutcome | None = None
+    balloon_plan: BalloonPlan | None = None
+    balloons: BalloonResult | None = None
+    events: tuple[str, ...] = ()  # "Type Reason: message" of each Event recorded
+    errors: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyReport:
+    components: Mapping[ComponentKey, ComponentApplied] = field(default_factory=dict)
+    orphan_balloons_deleted: tuple[str, ...] = ()
+
+
+def _problem_message(state: ComponentState) -> str:
+    problems = "; ".join(str(p) for p in state.discovered.problems)
+    gangs = state.discovered.spec_gangs
+    return f"policy rejected, holding at {gangs} gangs: {problems}"
+
+
+class Actuator:
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        *,
+        scaler: LwsScaler,
+        events: EventRecorder,
+        may_write: Callable[[], bool] = lambda: True,
+        namespaces: Collection[str] | None = None,
+    ) -> None:
+        self._core: Any = client.CoreV1Api(api_client)
+        self._scaler = scaler
+        self._events = events
+        self._balloons = BalloonWriter(api_client)
+        self._may_write = may_write
+        self._namespaces = namespaces
+
+    def _check_leader(self) -> None:
+        if not self._may_write():
+            raise NotLeader("this instance does not hold the leader Lease; not writing")
+
+    async def list_balloon_pods(self) -> list[dict[str, Any]]:
+        """Every balloon pod in scope, read from the API server (not a cache)."""
+        try:
+            if self._namespaces is None:
+                body = await self._core.list_pod_for_all_namespaces(
+                    label_selector=BALLOON_SELECTOR, _preload_content=False
+                )
+                return await _items(body)
+            pods: list[dict[str, Any]] = []
+            for ns in sorted(self._namespaces):
+                body = await self._core.list_namespaced_pod(
+                    ns, label_selector=BALLOON_SELECTOR, _preload_content=False
+                )
+                pods.extend(await _items(body))
+            return pods
+        except ApiException as err:
+            raise KubeApiError(f"listing balloon pods: {err.status} {err.reason}") from err
+
+    async def _event(
+        self, ref: ObjectRef, notes: list[str], *, type_: str, reason: str, message: str
+    ) -> None:
+        self._check_leader()
+        try:
+            await self._events.record(ref, type_=type_, reason=reason, message=message)
+        except KubeAdapterError as err:
+            # An Event is a report, never a reason to stop acting.
+            log.warning("%s", err)
+        notes.append(f"{type_} {reason}: {message}")
+
+    async def apply(self, gang_plan: GangPlan, state: KubeState, *, dry_run: bool) -> ApplyReport:
+        self._check_leader()
+        balloon_pods = await self.list_balloon_pods()
+        out: dict[ComponentKey, ComponentApplied] = {}
+        for key, comp in sorted(state.components.items()):
+            plan = gang_plan.components.get(key)
+            try:
+                out[key] = await self._apply_one(comp, plan, balloon_pods, dry_run=dry_run)
+            except NotLeader:
+                raise
+            except KubeAdapterError as err:
+                # One component's failure never stops the others.
+                out[key] = ComponentApplied(key, dry_run, errors=(str(err),))
+        orphans = await self._delete_orphans(state, balloon_pods, dry_run=dry_run)
+        return ApplyReport(components=out, orphan_balloons_deleted=orphans)
+
+    async def _apply_one(
+        self,
+        comp: ComponentState,
+        plan: ComponentPlan | None,
+        balloon_pods: list[dict[str, Any]],
+        *,
+        dry_run: bool,
+    ) -> ComponentApplied:
+        found = comp.discovered
+        key = found.key
+        ref = ObjectRef(key.namespace, key.lws, found.uid)
+        dry = dry_run or (found.policy is not None and found.policy.dry_run)
+        notes: list[str] = []
+        if found.problems:
+            message = _problem_message(comp)
+            if not dry_run:
+                await self._event(
+                    ref, notes, type_=WARNING, reason="InvalidPolicy", message=message
+                )
+            return ComponentApplied(key, dry, events=tuple(notes))
+        if plan is None or found.shape is None:
+            return ComponentApplied(key, dry)
+
+        outcome: ScaleOutcome | None = None
+        if plan.changes_replicas and not dry:
+            self._check_leader()
+            outcome = await self._scaler.scale(
+                key,
+                desired_gangs=plan.desired_gangs,
+                observed_gangs=plan.current_gangs,
+                observed_resource_version=found.resource_version,
+            )
+            await self._report_scale(ref, plan, outcome, notes)
+        if plan.stuck_groups and not dry:
+            await self._event(
+                ref,
+                notes,
+                type_=WARNING,
+                reason="PartialGangStuck",
+                message=(
+                    f"groups {list(plan.stuck_groups)} stay partially scheduled past "
+                    "gang-timeout; they are below the desired count and are kept"
+                ),
+            )
+
+        lws_balloons = [p for p in balloon_pods if namespace(p) == key.namespace]
+        balloon_plan = plan_balloons(
+            lws_balloons,
+            lws_name=key.lws,
+            desired_gangs=plan.balloon_gangs,
+            pods_per_gang=found.shape.pods_per_gang,
+            digest=shape_digest(found.shape),
+        )
+        result: BalloonResult | None = None
+        if balloon_plan.changes and not dry:
+            self._check_leader()
+            result = await self._balloons.carry_out(
+                found.lws, shape=found.shape, plan=balloon_plan, dry_run=False
+            )
+            if balloon_plan.broken_gangs:
+                await self._event(
+                    ref,
+                    notes,
+                    type_=NORMAL,
+                    reason="BalloonGangRecreated",
+                    message=(
+                        f"balloon gangs {list(balloon_plan.broken_gangs)} lost a member "
+                        "(preempted, missing or outdated); deleted whole and recreated"
+                    ),
+                )
+        errors = tuple(result.failed) if result else ()
+        return ComponentApplied(key, dry, outcome, balloon_plan, result, tuple(notes), errors)
+
+    async def _report_scale(
+        self, ref: ObjectRef, plan: ComponentPlan, outcome: ScaleOutcome, notes: list[str]
+    ) -> None:
+        change = f"{plan.current_gangs} -> {plan.desired_gangs} gangs"
+        if outcome.result is ScaleResult.SCALED:
+            detail = f": {plan.detail}" if plan.detail else ""
+            await self._event(
+                ref,
+                notes,
+                type_=NORMAL,
+                reason=camel_reason(plan.reason.value),
+                message=f"scaled {change} ({plan.reason.value}){detail}",
+            )
+            if plan.rolled_back_groups:
+                await self._event(
+                    ref,
+                    notes,
+                    type_=WARNING,
+                    reason=camel_reason("partial_gang_rolled_back"),
+                    message=(
+                        f"groups {list(plan.rolled_back_groups)} stayed partially scheduled "
+                        f"past gang-timeout and were scaled away ({change})"
+                    ),
+                )
+        elif outcome.result is ScaleResult.OTHER_WRITER:
+            await self._event(
+                ref,
+                notes,
+                type_=WARNING,
+                reason="AnotherWriter",
+                message=f"not scaling {change}: {outcome.detail}",
+            )
+        elif outcome.result is ScaleResult.FAILED:
+            await self._event(
+                ref,
+                notes,
+                type_=WARNING,
+                reason="ScaleFailed",
+                message=f"scaling {change} failed: {outcome.detail}",
+            )
+
+    async def _delete_orphans(
+        self, state: KubeState, balloon_pods: list[dict[str, Any]], *, dry_run: bool
+    ) -> tuple[str, ...]:
+        """Balloons of an LWS that is gone or no longer opted in hold capacity for nobody."""
+        known = {(k.namespace, k.lws) for k in state.components}
+        orphans = [
+            p for p in balloon_pods if (namespace(p), labels(p)[BALLOON_FOR_LABEL]) not in known
+        ]
+        if not orphans or dry_run:
+            return ()
+        self._check_leader()
+        deleted = []
+        for pod in orphans:
+            pod_name = str(pod["metadata"]["name"])
+            try:
+                await self._core.delete_namespaced_pod(
+                    pod_name, namespace(pod), grace_period_seconds=0
+                )
+                deleted.append(f"{namespace(pod)}/{pod_name}")
+            except ApiException as err:
+                if err.status != 404:
+                    log.warning("deleting orphan balloon %s: %s", pod_name, err.status)
+        return tuple(deleted)
+
+    async def remove_partial_balloon_gangs(self, state: KubeState) -> tuple[str, ...]:
+        """Start-up repair: delete every balloon gang that is not whole (a crash between two
+        member creations, or a preemption while no leader was running). Creates nothing; the
+        first planned pass does that."""
+        self._check_leader()
+        balloon_pods = await self.list_balloon_pods()
+        deleted: list[str] = []
+        for key, comp in state.components.items():
+            if comp.discovered.shape is None:
+                continue
+            mine = [p for p in balloon_pods if namespace(p) == key.namespace]
+            indexes = [int_label(p, BALLOON_GANG_LABEL) for p in mine]
+            top = max((i for i in indexes if i is not None), default=-1) + 1
+            repair = plan_balloons(
+                mine,
+                lws_name=key.lws,
+                desired_gangs=top,
+                pods_per_gang=comp.discovered.shape.pods_per_gang,
+                digest=shape_digest(comp.discovered.shape),
+            )
+            if repair.delete_pods:
+                result = await self._balloons.carry_out(
+                    comp.discovered.lws,
+                    shape=comp.discovered.shape,
+                    plan=BalloonPlan(repair.delete_pods, (), repair.broken_gangs, 0),
+                    dry_run=False,
+                )
+                deleted.extend(f"{key.namespace}/{n}" for n in result.deleted_pods)
+        return tuple(deleted)
+
+
+async def _items(response: Any) -> list[dict[str, Any]]:
+    try:
+        if not 200 <= response.status <= 299:
+            raise ApiException(status=response.status, reason=await response.text())
+        body = await response.json()
+    finally:
+        response.release()
+    items: list[dict[str, Any]] = body.get("items") or []
+    return items

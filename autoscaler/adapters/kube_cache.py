@@ -1,0 +1,144 @@
+"""Watch-driven caches of Kubernetes objects (pods, nodes, LWS), kept as plain dicts.
+
+The informer pattern of client-go, reduced to what the autoscaler needs: list once, then
+watch from the list's resourceVersion with bookmarks; when the server says the version is
+too old (410 Gone) or the connection fails, list again. Readers take a consistent copy
+between two events; the service reads it once per tick.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from kubernetes_asyncio.client.exceptions import ApiException
+from kubernetes_asyncio.watch import Watch
+
+from autoscaler.adapters.kube_errors import KubeApiError
+from autoscaler.adapters.kube_objects import Obj
+
+log = logging.getLogger(__name__)
+
+ListCall = Callable[..., Awaitable[Any]]
+
+
+def _key(obj: Obj) -> tuple[str, str]:
+    metadata = obj.get("metadata") or {}
+    return (str(metadata.get("namespace") or ""), str(metadata.get("name") or ""))
+
+
+class WatchCache:
+    """One resource collection, listed then watched, held as dicts keyed by (namespace, name).
+
+    `list_call` is a client list method (e.g. `CoreV1Api.list_pod_for_all_namespaces`, or a
+    `functools.partial` of `CustomObjectsApi.list_cluster_custom_object` with group, version
+    and plural bound); it is used both to list and, through `Watch`, to watch.
+    """
+
+    def __init__(
+        self,
+        list_call: ListCall,
+        *,
+        name: str,
+        watch_timeout_s: int = 300,
+        retry_delay_s: float = 1.0,
+        label_selector: str | None = None,
+    ) -> None:
+        self._list_call = list_call
+        self.name = name
+        self._watch_timeout_s = watch_timeout_s
+        self._retry_delay_s = retry_delay_s
+        self._selector = {"label_selector": label_selector} if label_selector else {}
+        self._objects: dict[tuple[str, str], dict[str, Any]] = {}
+        self.resource_version: str | None = None
+        self.synced = asyncio.Event()
+        # How often the cache listed from scratch; a rise means watches are failing.
+        self.lists = 0
+        self.last_error: str | None = None
+        self._changed = asyncio.Condition()
+
+    def items(self) -> list[dict[str, Any]]:
+        return list(self._objects.values())
+
+    def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._objects.get((namespace, name))
+
+    async def _list(self) -> None:
+        response = await self._list_call(_preload_content=False, **self._selector)
+        try:
+            body = await response.read()
+            if not 200 <= response.status <= 299:
+                raise KubeApiError(
+                    f"listing {self.name}: HTTP {response.status} {body[:200]!r}",
+                    status=response.status,
+                )
+        finally:
+            response.release()
+        data = json.loads(body)
+        self._objects = {_key(obj): obj for obj in data.get("items") or []}
+        self.resource_version = (data.get("metadata") or {}).get("resourceVersion")
+        self.lists += 1
+        self.synced.set()
+        await self._notify()
+
+    async def _notify(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
+
+    async def wait_for(self, predicate: Callable[[], bool], *, timeout_s: float) -> None:
+        """Wait until `predicate()` holds after some event (for tests and start-up)."""
+        async with asyncio.timeout(timeout_s), self._changed:
+            await self._changed.wait_for(predicate)
+
+    async def _watch(self) -> None:
+        watch = Watch(return_type="object")
+        stream = watch.stream(
+            self._list_call,
+            resource_version=self.resource_version,
+            allow_watch_bookmarks=True,
+            timeout_seconds=self._watch_timeout_s,
+            **self._selector,
+        )
+        try:
+            async for event in stream:
+                kind = event["type"]
+                obj = event["raw_object"]
+                if kind in ("ADDED", "MODIFIED"):
+                    self._objects[_key(obj)] = obj
+                elif kind == "DELETED":
+                    self._objects.pop(_key(obj), None)
+                # BOOKMARK carries only a resourceVersion, which Watch records for us.
+                if watch.resource_version:
+                    self.resource_version = watch.resource_version
+                await self._notify()
+        finally:
+            await watch.close()
+
+    async def run(self) -> None:
+        """List and watch until cancelled; never raises except CancelledError."""
+        need_list = True
+        while True:
+            try:
+                if need_list:
+                    await self._list()
+                    need_list = False
+                # A watch ends when the server's timeout passes; resume from the last version.
+                await self._watch()
+            except asyncio.CancelledError:
+                raise
+            except ApiException as err:
+                need_list = True
+                self.last_error = f"{err.status} {err.reason}"
+                if err.status == 410:
+                    log.info("%s watch expired (410 Gone); listing again", self.name)
+                    continue
+                log.warning("%s watch failed: %s; listing again", self.name, self.last_error)
+                await asyncio.sleep(self._retry_delay_s)
+            except Exception as err:  # the connection, the server, or the body failed
+                need_list = True
+                self.last_error = repr(err)
+                log.warning("%s cache failed: %r; listing again", self.name, err)
+                await asyncio.sleep(self._retry_delay_s)

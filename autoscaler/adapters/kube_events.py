@@ -1,0 +1,150 @@
+"""Kubernetes Events on the LWS: every scaling decision, rejected policy, rolled-back partial
+gang, balloon gang recreated, and other writer detected.
+
+Events are de-duplicated the way `kubectl get events` shows them: the same object, type,
+reason and message make one Event whose `count` and `lastTimestamp` grow, not a new Event
+per tick. The Event name is derived from those four, so the de-duplication also holds across
+a restart or a leader change (the other replica finds the Event and bumps it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from autoscaler.adapters.kube_errors import KubeApiError
+from autoscaler.adapters.kube_objects import LWS_API_VERSION, LWS_KIND
+
+log = logging.getLogger(__name__)
+
+REPORTING_COMPONENT = "gang-autoscaler"
+NORMAL = "Normal"
+WARNING = "Warning"
+_MAX_MESSAGE = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectRef:
+    """The object an Event is about (an LWS)."""
+
+    namespace: str
+    name: str
+    uid: str | None = None
+    api_version: str = LWS_API_VERSION
+    kind: str = LWS_KIND
+
+
+def camel_reason(reason: str) -> str:
+    """`partial_gang_rolled_back` -> `PartialGangRolledBack` (Event reasons are CamelCase)."""
+    return "".join(part.capitalize() for part in reason.split("_") if part)
+
+
+def _timestamp(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class EventRecorder:
+    """Creates or bumps Events; counts are cached so a repeat costs one PATCH."""
+
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        *,
+        instance: str | None = None,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self._core: Any = client.CoreV1Api(api_client)
+        self._instance = instance or socket.gethostname()
+        self._clock = clock
+        self._counts: dict[tuple[str, str], int] = {}
+
+    @staticmethod
+    def event_name(ref: ObjectRef, *, type_: str, reason: str, message: str) -> str:
+        digest = hashlib.sha256(
+            "\x00".join((ref.uid or "", ref.kind, type_, reason, message)).encode()
+        ).hexdigest()[:16]
+        return f"{ref.name}.{digest}"
+
+    async def record(self, ref: ObjectRef, *, type_: str, reason: str, message: str) -> int:
+        """Record one occurrence; returns the Event's count after it."""
+        message = message[:_MAX_MESSAGE]
+        event_name = self.event_name(ref, type_=type_, reason=reason, message=message)
+        cache_key = (ref.namespace, event_name)
+        now = _timestamp(self._clock())
+        try:
+            count = self._counts.get(cache_key)
+            if count is None:
+                created, count = await self._create_or_read(
+                    ref, event_name, type_, reason, message, now
+                )
+                if created:
+                    self._counts[cache_key] = 1
+                    return 1
+            try:
+                await self._bump(ref.namespace, event_name, count + 1, now)
+            except ApiException as err:
+                if err.status != 404:
+                    raise
+                # The Event expired (the API server keeps them about an hour): start over.
+                self._counts.pop(cache_key, None)
+                _, count = await self._create_or_read(ref, event_name, type_, reason, message, now)
+                self._counts[cache_key] = count
+                return count
+            self._counts[cache_key] = count + 1
+            return count + 1
+        except ApiException as err:
+            raise KubeApiError(
+                f"recording Event {reason} on {ref.namespace}/{ref.name}: "
+                f"{err.status} {err.reason}",
+                status=err.status,
+            ) from err
+
+    async def _create_or_read(
+        self, ref: ObjectRef, event_name: str, type_: str, reason: str, message: str, now: str
+    ) -> tuple[bool, int]:
+        """Create the Event with count 1, or read the count it already has: (created, count)."""
+        body: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": event_name, "namespace": ref.namespace},
+            "involvedObject": {
+                "apiVersion": ref.api_version,
+                "kind": ref.kind,
+                "name": ref.name,
+                "namespace": ref.namespace,
+                **({"uid": ref.uid} if ref.uid else {}),
+            },
+            "type": type_,
+            "reason": reason,
+            "message": message,
+            "count": 1,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "source": {"component": REPORTING_COMPONENT, "host": self._instance},
+            "reportingComponent": REPORTING_COMPONENT,
+            "reportingInstance": self._instance,
+        }
+        try:
+            await self._core.create_namespaced_event(ref.namespace, body)
+            return True, 1
+        except ApiException as err:
+            if err.status != 409:
+                raise
+        existing = await self._core.read_namespaced_event(event_name, ref.namespace)
+        return False, int(existing.count or 1)
+
+    async def _bump(self, namespace: str, event_name: str, count: int, now: str) -> None:
+        await self._core.patch_namespaced_event(
+            event_name,
+            namespace,
+            {"count": count, "lastTimestamp": now},
+            _content_type="application/merge-patch+json",
+        )

@@ -1,0 +1,89 @@
+"""Names and small readers for the Kubernetes objects the adapter handles as plain dicts.
+
+The adapter keeps API objects as the JSON dicts the server sends (camelCase keys), not as
+client model classes: the pure parts (gang state, capacity, balloons) are then tested on
+dicts cut from real manifests, and the watch caches skip a costly model conversion.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+LWS_GROUP = "leaderworkerset.x-k8s.io"
+LWS_VERSION = "v1"
+LWS_API_VERSION = f"{LWS_GROUP}/{LWS_VERSION}"
+LWS_KIND = "LeaderWorkerSet"
+LWS_PLURAL = "leaderworkersets"
+
+LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
+GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
+WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
+
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY_VALUE = "gang-autoscaler"
+BALLOON_FOR_LABEL = "gang-autoscaler.io/balloon-for"
+BALLOON_GANG_LABEL = "gang-autoscaler.io/balloon-gang"
+BALLOON_MEMBER_LABEL = "gang-autoscaler.io/balloon-member"
+BALLOON_SHAPE_ANNOTATION = "gang-autoscaler.io/balloon-shape"
+
+Obj = Mapping[str, Any]
+
+
+def meta(obj: Obj) -> Mapping[str, Any]:
+    return obj.get("metadata") or {}
+
+
+def labels(obj: Obj) -> Mapping[str, str]:
+    return meta(obj).get("labels") or {}
+
+
+def annotations_of(obj: Obj) -> Mapping[str, str]:
+    return meta(obj).get("annotations") or {}
+
+
+def name(obj: Obj) -> str:
+    return str(meta(obj).get("name", ""))
+
+
+def namespace(obj: Obj) -> str:
+    return str(meta(obj).get("namespace", ""))
+
+
+def is_terminating(obj: Obj) -> bool:
+    return meta(obj).get("deletionTimestamp") is not None
+
+
+def parse_time_s(text: str | None) -> float | None:
+    """An RFC 3339 timestamp as epoch seconds; None when absent or unreadable."""
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def int_label(obj: Obj, key: str) -> int | None:
+    """A label holding a non-negative integer (group or worker index); None if absent or bad."""
+    raw = labels(obj).get(key)
+    if raw is None or not str(raw).isdigit():
+        return None
+    return int(raw)
+
+
+def condition_true(pod: Obj, kind: str) -> bool:
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == kind:
+            return str(cond.get("status")) == "True"
+    return False
+
+
+def pod_is_finished(pod: Obj) -> bool:
+    """Succeeded and Failed pods hold no resources and serve nothing."""
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
+def pod_is_bound(pod: Obj) -> bool:
+    return bool((pod.get("spec") or {}).get("nodeName"))

@@ -1,0 +1,141 @@
+"""One consistent snapshot of what Kubernetes says, in the core's types.
+
+`build_state` is pure: LWS, pod and node dicts in, a `KubeState` out. The snapshot has every
+opted-in component (usable or with its policy problems), an observation per usable component
+without load signals (the Prometheus adapter adds those), the cluster's free capacity, and
+the ready gangs' leader pods, which the Prometheus adapter joins its per-pod series on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass
+
+from autoscaler.adapters.balloons import shape_digest, whole_balloon_gangs
+from autoscaler.adapters.capacity import cluster_observation, is_balloon
+from autoscaler.adapters.gang_state import gang_statuses, ready_leader_pods
+from autoscaler.adapters.kube_discovery import DiscoveredComponent, discover
+from autoscaler.adapters.kube_objects import (
+    BALLOON_FOR_LABEL,
+    LWS_NAME_LABEL,
+    Obj,
+    labels,
+    namespace,
+)
+from autoscaler.core.model import (
+    ClusterObservation,
+    ComponentKey,
+    ComponentObservation,
+    Observations,
+    Signals,
+)
+from autoscaler.core.policy import Policy, PolicyProblem
+
+
+@dataclass(frozen=True, slots=True)
+class ComponentState:
+    discovered: DiscoveredComponent
+    observation: ComponentObservation | None  # None when the gang shape is unreadable
+    leader_pods: Mapping[str, int]  # ready gangs' leader pod name -> group index
+    balloon_pods: tuple[Obj, ...]  # this LWS's balloon pods as seen
+
+
+@dataclass(frozen=True, slots=True)
+class KubeState:
+    taken_at_s: float
+    components: Mapping[ComponentKey, ComponentState]
+    cluster: ClusterObservation
+
+    @property
+    def policies(self) -> dict[ComponentKey, Policy]:
+        """Every component whose own annotations parse; the core checks deployments itself
+        and holds a component whose policy is missing here."""
+        return {
+            key: c.discovered.policy
+            for key, c in self.components.items()
+            if c.discovered.policy is not None
+        }
+
+    @property
+    def problems(self) -> dict[ComponentKey, tuple[PolicyProblem, ...]]:
+        return {
+            key: c.discovered.problems
+            for key, c in self.components.items()
+            if c.discovered.problems
+        }
+
+    def observations(self, signals: Mapping[ComponentKey, Signals]) -> Observations:
+        """The core's input, with the given signals (a component without an entry gets
+        all-None signals, so the core holds it). Components whose gang shape is unreadable
+        are left out: there is nothing to decide with."""
+        comps = {
+            key: dataclasses.replace(c.observation, signals=signals.get(key, Signals()))
+            for key, c in self.components.items()
+            if c.observation is not None
+        }
+        return Observations(components=comps, cluster=self.cluster)
+
+    def leader_pod_index(self) -> dict[tuple[str, str], tuple[ComponentKey, int]]:
+        """(namespace, pod) -> (component, group index) for every ready gang's leader."""
+        return {
+            (key.namespace, pod): (key, group)
+            for key, c in self.components.items()
+            for pod, group in c.leader_pods.items()
+        }
+
+
+def build_state(
+    *,
+    lws_objects: Iterable[Obj],
+    pods: Iterable[Obj],
+    nodes: Iterable[Obj],
+    now_s: float,
+    namespaces: Collection[str] | None = None,
+    can_grow: bool = True,
+) -> KubeState:
+    pod_list = list(pods)
+    by_lws: dict[tuple[str, str], list[Obj]] = {}
+    balloons_by_lws: dict[tuple[str, str], list[Obj]] = {}
+    for pod in pod_list:
+        lws_name = labels(pod).get(LWS_NAME_LABEL)
+        if lws_name:
+            by_lws.setdefault((namespace(pod), lws_name), []).append(pod)
+        elif is_balloon(pod):
+            balloons_by_lws.setdefault((namespace(pod), labels(pod)[BALLOON_FOR_LABEL]), []).append(
+                pod
+            )
+    components: dict[ComponentKey, ComponentState] = {}
+    for key, found in discover(lws_objects, namespaces=namespaces).items():
+        lws_pods = by_lws.get((key.namespace, key.lws), [])
+        balloons = tuple(balloons_by_lws.get((key.namespace, key.lws), ()))
+        observation = None
+        leaders: dict[str, int] = {}
+        if found.shape is not None:
+            gangs = gang_statuses(
+                lws_pods,
+                lws_name=key.lws,
+                pods_per_gang=found.shape.pods_per_gang,
+                spec_gangs=found.spec_gangs,
+            )
+            held = whole_balloon_gangs(
+                balloons,
+                lws_name=key.lws,
+                pods_per_gang=found.shape.pods_per_gang,
+                digest=shape_digest(found.shape),
+            )
+            observation = ComponentObservation(
+                key=key,
+                spec_gangs=found.spec_gangs,
+                gangs=gangs,
+                signals=Signals(),
+                shape=found.shape,
+                balloon_gangs=held,
+            )
+            leaders = ready_leader_pods(lws_pods, lws_name=key.lws, gangs=gangs)
+        components[key] = ComponentState(found, observation, leaders, balloons)
+    return KubeState(
+        taken_at_s=now_s,
+        components=components,
+        cluster=cluster_observation(nodes, pod_list, can_grow=can_grow),
+    )

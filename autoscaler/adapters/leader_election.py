@@ -1,0 +1,167 @@
+"""Leader election on a `coordination.k8s.io` Lease, with kubernetes-asyncio's elector.
+
+Two replicas run; only the Lease holder writes. The library's `LeaderElection` does the
+acquire/renew protocol; this module adds what the service needs around it:
+
+- `is_leader` is True only while the last successful renewal is younger than the renew
+  deadline (by the monotonic clock), which is shorter than the lease duration a standby
+  waits out. A leader whose renewals stall (a partition, a blocked loop) stops writing before
+  a standby can take over, so two instances never write at once.
+- After losing the lease the instance becomes a candidate again.
+- `stop()` releases the Lease (empty holder, 1 s duration, as client-go's ReleaseOnCancel),
+  so a standby takes over at its next retry instead of after the full lease duration.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+from kubernetes_asyncio.leaderelection import electionconfig, leaderelection
+from kubernetes_asyncio.leaderelection.leaderelectionrecord import LeaderElectionRecord
+from kubernetes_asyncio.leaderelection.resourcelock.leaselock import LeaseLock
+
+log = logging.getLogger(__name__)
+
+
+class _TimedLeaseLock(LeaseLock):
+    """A LeaseLock that remembers when this candidate last wrote the Lease successfully."""
+
+    def __init__(self, *args: Any, clock: Callable[[], float], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._clock = clock
+        self.last_write_s: float | None = None
+
+    async def create(
+        self, name: str, namespace: str, election_record: LeaderElectionRecord
+    ) -> bool:
+        started = self._clock()
+        ok = await super().create(name, namespace, election_record)
+        if ok:
+            self.last_write_s = started
+        return ok
+
+    async def update(self, name: str, namespace: str, updated_record: LeaderElectionRecord) -> bool:
+        started = self._clock()
+        ok = await super().update(name, namespace, updated_record)
+        if ok:
+            self.last_write_s = started
+        return ok
+
+
+class LeaderElector:
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        *,
+        identity: str,
+        lease_namespace: str,
+        lease_name: str = "gang-autoscaler",
+        lease_duration_s: int = 15,
+        renew_deadline_s: int = 10,
+        retry_period_s: int = 2,
+        on_started_leading: Callable[[], Awaitable[None]] | None = None,
+        on_stopped_leading: Callable[[], Awaitable[None]] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.identity = identity
+        self._api_client = api_client
+        self._clock = clock
+        self._lock = _TimedLeaseLock(
+            lease_name, lease_namespace, identity, api_client=api_client, clock=clock
+        )
+        self._renew_deadline_s = renew_deadline_s
+        self._config_args = (lease_duration_s, renew_deadline_s, retry_period_s)
+        # Fail at construction, not in a background task, on inconsistent durations.
+        self._new_config()
+        self._on_started = on_started_leading
+        self._on_stopped = on_stopped_leading
+        self._leading = False
+        self._task: asyncio.Task[None] | None = None
+        self.became_leader = asyncio.Event()
+        self.terms = 0  # how many times this instance became leader
+
+    def _new_config(self) -> electionconfig.Config:
+        lease_duration_s, renew_deadline_s, retry_period_s = self._config_args
+        return electionconfig.Config(
+            self._lock,
+            lease_duration=lease_duration_s,
+            renew_deadline=renew_deadline_s,
+            retry_period=retry_period_s,
+            onstarted_leading=self._lead,
+            onstopped_leading=self._stopped,
+        )
+
+    @property
+    def is_leader(self) -> bool:
+        last = self._lock.last_write_s
+        return self._leading and last is not None and self._clock() - last < self._renew_deadline_s
+
+    async def _lead(self) -> None:
+        self._leading = True
+        self.terms += 1
+        self.became_leader.set()
+        log.info("%s became leader", self.identity)
+        try:
+            if self._on_started is not None:
+                await self._on_started()
+            await asyncio.Event().wait()  # until the elector cancels us on a lost lease
+        finally:
+            self._leading = False
+            self.became_leader.clear()
+
+    async def _stopped(self) -> None:
+        self._leading = False
+        self.became_leader.clear()
+        log.warning("%s lost the leader lease", self.identity)
+        if self._on_stopped is not None:
+            await self._on_stopped()
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await leaderelection.LeaderElection(self._new_config()).run()
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:  # the elector must outlive API errors
+                log.warning("leader election failed: %r; retrying", err)
+            self._leading = False
+            await asyncio.sleep(self._config_args[2])
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name=f"leader-election-{self.identity}")
+
+    async def stop(self, *, release: bool = True) -> None:
+        """Stop campaigning; if this instance holds the Lease, hand it back."""
+        was_leader = self._leading
+        self._leading = False
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if release and was_leader:
+            await self._release()
+
+    async def _release(self) -> None:
+        api: Any = client.CoordinationV1Api(self._api_client)
+        try:
+            lease = await api.read_namespaced_lease(self._lock.name, self._lock.namespace)
+            if lease.spec is None or lease.spec.holder_identity != self.identity:
+                return
+            lease.spec.holder_identity = ""
+            lease.spec.lease_duration_seconds = 1
+            lease.spec.renew_time = datetime.now(UTC)
+            # Conditional on the version just read: never clear a lease someone else took.
+            await api.replace_namespaced_lease(self._lock.name, self._lock.namespace, lease)
+            log.info("%s released the leader lease", self.identity)
+        except ApiException as err:
+            log.warning("releasing the lease failed: %s %s", err.status, err.reason)

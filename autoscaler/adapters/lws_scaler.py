@@ -1,0 +1,204 @@
+"""Writes an LWS's gang count through its `/scale` subresource, and only when it is ours to write.
+
+The write is a JSON merge patch (`application/merge-patch+json`; the client would otherwise
+send a JSON patch) carrying the resourceVersion the decision was based on, so it is
+conditional: a 409 means the LWS changed since it was observed. The scaler then re-reads;
+if `spec.replicas` is still what the decision assumed (only status or metadata moved), it
+writes again on the fresh version; if someone else changed `spec.replicas`, it reports that
+writer and stands back instead of fighting it.
+
+Another writer is either a HorizontalPodAutoscaler whose `scaleTargetRef` is the LWS, or a
+change of `spec.replicas` since this scaler's last write (a manual `kubectl scale`, a GitOps
+sync, another autoscaler). After a foreign change the component is held for
+`foreign_hold_s`; the value the other writer set becomes the new baseline.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from autoscaler.adapters.kube_objects import LWS_GROUP, LWS_KIND, LWS_PLURAL, LWS_VERSION
+from autoscaler.core.model import ComponentKey
+
+log = logging.getLogger(__name__)
+
+MERGE_PATCH = "application/merge-patch+json"
+
+
+class ScaleResult(enum.StrEnum):
+    SCALED = "scaled"
+    UNCHANGED = "unchanged"  # already at the desired count
+    OTHER_WRITER = "other_writer"  # an HPA or a foreign edit owns spec.replicas now
+    STALE = "stale"  # the observation predates our own last write; nothing written
+    FAILED = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleOutcome:
+    key: ComponentKey
+    result: ScaleResult
+    from_gangs: int
+    to_gangs: int
+    conflicts: int = 0  # 409s met (and resolved, when result is SCALED)
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class _Scale:
+    spec_gangs: int
+    resource_version: str
+
+
+class LwsScaler:
+    """Scales LWS objects; remembers its own writes to recognise other writers."""
+
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        *,
+        foreign_hold_s: float = 600.0,
+        max_attempts: int = 4,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._custom: Any = client.CustomObjectsApi(api_client)
+        self._autoscaling: Any = client.AutoscalingV2Api(api_client)
+        self._foreign_hold_s = foreign_hold_s
+        self._max_attempts = max_attempts
+        self._clock = clock
+        self._last_written: dict[ComponentKey, int] = {}
+        self._held_until: dict[ComponentKey, tuple[float, str]] = {}
+
+    async def read(self, key: ComponentKey) -> _Scale:
+        scale: dict[str, Any] = await self._custom.get_namespaced_custom_object_scale(
+            LWS_GROUP, LWS_VERSION, key.namespace, LWS_PLURAL, key.lws
+        )
+        return _Scale(
+            spec_gangs=int((scale.get("spec") or {}).get("replicas") or 0),
+            resource_version=str((scale.get("metadata") or {}).get("resourceVersion") or ""),
+        )
+
+    async def hpa_targeting(self, key: ComponentKey) -> str | None:
+        """Name of an HPA whose scaleTargetRef is this LWS, if any (None also when the
+        autoscaling/v2 API is not served)."""
+        try:
+            hpas = await self._autoscaling.list_namespaced_horizontal_pod_autoscaler(
+                key.namespace, _preload_content=False
+            )
+            try:
+                if hpas.status == 404:
+                    return None
+                if not 200 <= hpas.status <= 299:
+                    raise ApiException(status=hpas.status, reason=await hpas.text())
+                body = await hpas.json()
+            finally:
+                hpas.release()
+        except ApiException as err:
+            log.warning("cannot list HPAs in %s: %s %s", key.namespace, err.status, err.reason)
+            return None
+        for hpa in body.get("items") or []:
+            ref = (hpa.get("spec") or {}).get("scaleTargetRef") or {}
+            group = str(ref.get("apiVersion", "")).split("/")[0]
+            if ref.get("kind") == LWS_KIND and ref.get("name") == key.lws and group == LWS_GROUP:
+                return str((hpa.get("metadata") or {}).get("name"))
+        return None
+
+    def _hold(self, key: ComponentKey, detail: str) -> None:
+        self._held_until[key] = (self._clock() + self._foreign_hold_s, detail)
+        # The other writer's value is the new baseline; only a change after this is foreign.
+        self._last_written.pop(key, None)
+
+    def holding(self, key: ComponentKey) -> str | None:
+        """Why this component is held after a foreign change, or None."""
+        held = self._held_until.get(key)
+        if held is None or held[0] <= self._clock():
+            self._held_until.pop(key, None)
+            return None
+        return held[1]
+
+    async def scale(
+        self,
+        key: ComponentKey,
+        *,
+        desired_gangs: int,
+        observed_gangs: int,
+        observed_resource_version: str | None,
+    ) -> ScaleOutcome:
+        """Set spec.replicas to `desired_gangs` if nobody else changed it since it was observed
+        as `observed_gangs` at `observed_resource_version` (the LWS's version)."""
+
+        def outcome(result: ScaleResult, detail: str = "", conflicts: int = 0) -> ScaleOutcome:
+            return ScaleOutcome(key, result, observed_gangs, desired_gangs, conflicts, detail)
+
+        held = self.holding(key)
+        if held:
+            return outcome(ScaleResult.OTHER_WRITER, held)
+        hpa = await self.hpa_targeting(key)
+        if hpa:
+            detail = f"HorizontalPodAutoscaler {key.namespace}/{hpa} targets this LWS"
+            return outcome(ScaleResult.OTHER_WRITER, detail)
+        last = self._last_written.get(key)
+        if last is not None and last != observed_gangs:
+            # The observation may simply predate our own last write (a watch lags); ask the
+            # server before blaming anyone.
+            try:
+                fresh = await self.read(key)
+            except ApiException as err:
+                return outcome(ScaleResult.FAILED, f"re-read: {err.status} {err.reason}")
+            if fresh.spec_gangs == last:
+                detail = f"observation predates our write of {last} gangs; deciding again"
+                return outcome(ScaleResult.STALE, detail)
+            detail = (
+                f"spec.replicas was changed from {last} (our last write) to {fresh.spec_gangs} "
+                f"by another writer; holding for {self._foreign_hold_s:g}s"
+            )
+            self._hold(key, detail)
+            return outcome(ScaleResult.OTHER_WRITER, detail)
+        if desired_gangs == observed_gangs:
+            return outcome(ScaleResult.UNCHANGED)
+
+        version = observed_resource_version
+        conflicts = 0
+        for _ in range(self._max_attempts):
+            body: dict[str, Any] = {"spec": {"replicas": desired_gangs}}
+            if version:
+                body["metadata"] = {"resourceVersion": version}
+            try:
+                await self._custom.patch_namespaced_custom_object_scale(
+                    LWS_GROUP,
+                    LWS_VERSION,
+                    key.namespace,
+                    LWS_PLURAL,
+                    key.lws,
+                    body,
+                    _content_type=MERGE_PATCH,
+                )
+            except ApiException as err:
+                if err.status != 409:
+                    return outcome(ScaleResult.FAILED, f"{err.status} {err.reason}", conflicts)
+                conflicts += 1
+                try:
+                    fresh = await self.read(key)
+                except ApiException as read_err:
+                    detail = f"re-read after 409 failed: {read_err.status} {read_err.reason}"
+                    return outcome(ScaleResult.FAILED, detail, conflicts)
+                if fresh.spec_gangs != observed_gangs:
+                    detail = (
+                        f"spec.replicas changed from {observed_gangs} to {fresh.spec_gangs} by "
+                        f"another writer while scaling to {desired_gangs}; holding for "
+                        f"{self._foreign_hold_s:g}s"
+                    )
+                    self._hold(key, detail)
+                    return outcome(ScaleResult.OTHER_WRITER, detail, conflicts)
+                version = fresh.resource_version
+                continue
+            self._last_written[key] = desired_gangs
+            return outcome(ScaleResult.SCALED, conflicts=conflicts)
+        return outcome(ScaleResult.FAILED, f"{conflicts} conflicts in a row", conflicts)

@@ -1,0 +1,163 @@
+"""Balloon gang manifests and the create/delete plan, on the real vLLM LWS example."""
+
+from __future__ import annotations
+
+import pytest
+
+from autoscaler.adapters.balloons import (
+    PAUSE_IMAGE,
+    PRIORITY_CLASS_NAME,
+    balloon_gang_manifests,
+    plan_balloons,
+    shape_digest,
+)
+from autoscaler.adapters.kube_errors import BalloonShapeError
+from autoscaler.core.shape import gang_shape_from_lws, parse_quantity, pod_shape_from_spec
+from tests.adapters.kube_fixtures import vllm_lws
+
+TOPOLOGY = "cloud.google.com/gke-nodepool"
+
+
+def _lws(**kwargs):
+    lws = vllm_lws(**kwargs)
+    lws["metadata"]["annotations"]["leaderworkerset.sigs.k8s.io/exclusive-topology"] = TOPOLOGY
+    tolerations = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    for tpl in ("leaderTemplate", "workerTemplate"):
+        spec = lws["spec"]["leaderWorkerTemplate"][tpl]["spec"]
+        spec["nodeSelector"] = {"gpu": "h100"}
+        spec["tolerations"] = tolerations
+    return lws
+
+
+def test_members_copy_the_lws_templates_exact_resources_and_placement():
+    lws = _lws()
+    shape = gang_shape_from_lws(lws)
+    pods = balloon_gang_manifests(lws, shape=shape, gang_index=1)
+    assert [p["metadata"]["name"] for p in pods] == ["vllm-balloon-1-0", "vllm-balloon-1-1"]
+    templates = lws["spec"]["leaderWorkerTemplate"]
+    for pod, tpl in zip(pods, ("leaderTemplate", "workerTemplate"), strict=True):
+        real = pod_shape_from_spec(templates[tpl]["spec"])
+        mine = pod_shape_from_spec(pod["spec"])
+        assert mine.requests == real.requests  # 8 GPUs, 125 CPU, 1124Gi, 800Gi scratch
+        assert mine.limits == real.limits
+        assert mine.requests["nvidia.com/gpu"] == 8
+        assert mine.requests["memory"] == parse_quantity("memory", "1124Gi")
+        spec = pod["spec"]
+        assert spec["containers"][0]["image"] == PAUSE_IMAGE
+        assert spec["priorityClassName"] == PRIORITY_CLASS_NAME
+        assert spec["terminationGracePeriodSeconds"] == 0
+        assert spec["automountServiceAccountToken"] is False
+        assert spec["nodeSelector"] == {"gpu": "h100"}
+        assert spec["tolerations"] == templates[tpl]["spec"]["tolerations"]
+        (term,) = spec["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        assert term["topologyKey"] == TOPOLOGY
+        assert term["labelSelector"]["matchLabels"] == {
+            "gang-autoscaler.io/balloon-for": "vllm",
+            "gang-autoscaler.io/balloon-gang": "1",
+        }
+        meta = pod["metadata"]
+        assert meta["labels"]["app.kubernetes.io/managed-by"] == "gang-autoscaler"
+        # the affinity selects exactly this gang's members, including the pod itself
+        assert term["labelSelector"]["matchLabels"].items() <= meta["labels"].items()
+        (owner,) = meta["ownerReferences"]
+        assert (owner["kind"], owner["name"], owner["uid"]) == (
+            "LeaderWorkerSet",
+            "vllm",
+            "uid-vllm",
+        )
+
+
+def test_no_topology_key_means_no_pod_affinity_and_template_affinity_is_kept():
+    lws = vllm_lws()
+    node_affinity = {
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "gpu", "operator": "In", "values": ["h100"]}]}
+            ]
+        }
+    }
+    for tpl in ("leaderTemplate", "workerTemplate"):
+        lws["spec"]["leaderWorkerTemplate"][tpl]["spec"]["affinity"] = {
+            "nodeAffinity": node_affinity
+        }
+    pods = balloon_gang_manifests(lws, shape=gang_shape_from_lws(lws), gang_index=0)
+    for pod in pods:
+        assert pod["spec"]["affinity"] == {"nodeAffinity": node_affinity}
+
+
+def test_a_name_too_long_for_a_label_is_refused_clearly():
+    lws = vllm_lws(name="x" * 64)
+    with pytest.raises(BalloonShapeError, match="longer than 63"):
+        balloon_gang_manifests(lws, shape=gang_shape_from_lws(lws), gang_index=0)
+
+
+def _existing(lws, gangs, *, drop=(), terminating=(), digest_of=None):
+    shape = gang_shape_from_lws(digest_of or lws)
+    pods = []
+    for gang in gangs:
+        for pod in balloon_gang_manifests(lws, shape=shape, gang_index=gang):
+            name = pod["metadata"]["name"]
+            if name in drop:
+                continue
+            if name in terminating:
+                pod["metadata"]["deletionTimestamp"] = "2026-11-22T01:00:00Z"
+            pods.append(pod)
+    return pods
+
+
+def _plan(lws, pods, desired):
+    shape = gang_shape_from_lws(lws)
+    return plan_balloons(
+        pods,
+        lws_name="vllm",
+        desired_gangs=desired,
+        pods_per_gang=shape.pods_per_gang,
+        digest=shape_digest(shape),
+    )
+
+
+def test_plan_creates_missing_gangs_whole():
+    lws = _lws()
+    plan = _plan(lws, _existing(lws, [0]), 3)
+    assert plan.create_gangs == (1, 2) and plan.delete_pods == () and plan.held_gangs == 1
+
+
+def test_resize_down_removes_the_highest_numbered_gangs_first():
+    lws = _lws()
+    plan = _plan(lws, _existing(lws, [0, 1, 2]), 1)
+    assert plan.delete_pods == tuple(f"vllm-balloon-{g}-{m}" for g in (1, 2) for m in (0, 1))
+    assert plan.create_gangs == () and plan.held_gangs == 1
+
+
+def test_a_preempted_member_deletes_the_rest_of_its_gang_and_it_is_recreated_later():
+    lws = _lws()
+    pods = _existing(lws, [0, 1], drop={"vllm-balloon-0-1"})
+    plan = _plan(lws, pods, 2)
+    assert plan.delete_pods == ("vllm-balloon-0-0",)
+    assert plan.broken_gangs == (0,)
+    assert plan.create_gangs == ()  # its name is still taken until the delete completes
+    after = [p for p in pods if p["metadata"]["name"] != "vllm-balloon-0-0"]
+    assert _plan(lws, after, 2).create_gangs == (0,)
+
+
+def test_terminating_members_are_not_deleted_twice():
+    lws = _lws()
+    pods = _existing(lws, [0], terminating={"vllm-balloon-0-0"})
+    plan = _plan(lws, pods, 1)
+    assert plan.delete_pods == ("vllm-balloon-0-1",) and plan.broken_gangs == (0,)
+
+
+def test_a_changed_lws_template_replaces_its_balloons():
+    old = _lws()
+    new = _lws()
+    new["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]["resources"][
+        "limits"
+    ]["nvidia.com/gpu"] = "4"
+    plan = _plan(new, _existing(old, [0]), 1)
+    assert plan.broken_gangs == (0,) and len(plan.delete_pods) == 2
+
+
+def test_plan_is_idempotent_once_reached():
+    lws = _lws()
+    plan = _plan(lws, _existing(lws, [0, 1]), 2)
+    assert not plan.changes and plan.held_gangs == 2

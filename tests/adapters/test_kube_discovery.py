@@ -1,0 +1,62 @@
+"""Discovery of opted-in LWS objects and the snapshot built from them (no server needed)."""
+
+from __future__ import annotations
+
+from autoscaler.adapters.kube_discovery import discover
+from autoscaler.adapters.kube_state import build_state
+from autoscaler.core.model import ComponentKey, GangState
+from tests.adapters.kube_fixtures import gpu_node, lws_pod, vllm_lws
+
+ON = {"gang-autoscaler.io/enabled": "true"}
+
+
+def _pd(prefill_extra=None, decode_extra=None):
+    common = {**ON, "gang-autoscaler.io/deployment": "llama"}
+    prefill = {**common, "gang-autoscaler.io/component": "prefill", **(prefill_extra or {})}
+    decode = {**common, "gang-autoscaler.io/component": "decode", **(decode_extra or {})}
+    return [
+        vllm_lws(name="llama-prefill", annotations=prefill),
+        vllm_lws(name="llama-decode", annotations=decode),
+    ]
+
+
+def test_only_opted_in_lws_are_discovered_and_pd_pairs_are_usable():
+    found = discover([*_pd(), vllm_lws(name="plain")])
+    assert set(found) == {
+        ComponentKey("serving", "llama-prefill"),
+        ComponentKey("serving", "llama-decode"),
+    }
+    assert all(c.usable for c in found.values())
+    assert found[ComponentKey("serving", "llama-decode")].shape.pods_per_gang == 2
+
+
+def test_a_bad_annotation_is_a_problem_not_an_exception():
+    found = discover(_pd(decode_extra={"gang-autoscaler.io/max-replicas": "lots"}))
+    decode = found[ComponentKey("serving", "llama-decode")]
+    prefill = found[ComponentKey("serving", "llama-prefill")]
+    assert decode.policy is None and not decode.usable
+    assert decode.problems[0].annotation == "gang-autoscaler.io/max-replicas"
+    # its partner is held too: a PD deployment works only with both components
+    assert not prefill.usable and "no decode component" in str(prefill.problems[0])
+
+
+def test_namespaces_filter():
+    assert discover(_pd(), namespaces={"other"}) == {}
+
+
+def test_state_observes_gangs_and_excludes_invalid_components_from_policies():
+    lws = _pd(decode_extra={"gang-autoscaler.io/min-replicas": "-1"})
+    pods = [lws_pod("llama-prefill", g, w) for g in (0, 1) for w in (0, 1)]
+    pods[-1] = lws_pod("llama-prefill", 1, 1, node=None)
+    state = build_state(lws_objects=lws, pods=pods, nodes=[gpu_node("node-a")], now_s=0.0)
+    prefill = ComponentKey("serving", "llama-prefill")
+    decode = ComponentKey("serving", "llama-decode")
+    obs = state.observations({})
+    assert [g.state for g in obs.components[prefill].gangs] == [
+        GangState.READY,
+        GangState.PARTIAL,
+    ]
+    assert obs.components[prefill].signals.waiting_requests is None
+    assert set(state.policies) == {prefill}
+    assert set(state.problems) == {prefill, decode}
+    assert state.leader_pod_index() == {("serving", "llama-prefill-0"): (prefill, 0)}

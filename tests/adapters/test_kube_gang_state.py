@@ -1,0 +1,133 @@
+"""Gang state and free capacity from pod and node dicts (no server needed)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import pytest
+
+from autoscaler.adapters.capacity import node_capacities
+from autoscaler.adapters.gang_state import gang_statuses, ready_leader_pods
+from autoscaler.core.model import GangState
+from tests.adapters.kube_fixtures import gpu_node, lws_pod
+
+
+def _epoch(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+T0 = "2026-11-22T01:00:00Z"
+T1 = "2026-11-22T01:02:00Z"
+
+
+@pytest.mark.parametrize(
+    ("pods", "expected_states", "since"),
+    [
+        pytest.param(
+            [lws_pod("vllm", 0, 0), lws_pod("vllm", 0, 1)],
+            [GangState.READY],
+            [None],
+            id="all-ready",
+        ),
+        pytest.param(
+            [lws_pod("vllm", 0, 0, created=T1), lws_pod("vllm", 0, 1, node=None, created=T0)],
+            [GangState.PARTIAL],
+            [_epoch(T0)],
+            id="one-pending-is-partial-since-oldest-not-ready-pod",
+        ),
+        pytest.param(
+            [lws_pod("vllm", 0, 0, ready=False, created=T1), lws_pod("vllm", 0, 1)],
+            [GangState.STARTING],
+            [_epoch(T1)],
+            id="placed-not-ready-is-starting",
+        ),
+        pytest.param(
+            [lws_pod("vllm", 0, 0, node=None), lws_pod("vllm", 0, 1, node=None)],
+            [GangState.PENDING],
+            [_epoch(T0)],
+            id="nothing-placed-is-pending",
+        ),
+        pytest.param(
+            [lws_pod("vllm", 0, 0), lws_pod("vllm", 0, 1, terminating=True)],
+            [GangState.PARTIAL],
+            [None],
+            id="terminating-member-counts-as-missing-since-unknown",
+        ),
+        pytest.param(
+            [lws_pod("vllm", 0, 0), lws_pod("vllm", 0, 1, phase="Failed")],
+            [GangState.PARTIAL],
+            [None],
+            id="failed-member-counts-as-missing",
+        ),
+        pytest.param(
+            [lws_pod("other", 0, 0), lws_pod("other", 0, 1)],
+            [GangState.PENDING],
+            [None],
+            id="pods-of-another-lws-ignored",
+        ),
+    ],
+)
+def test_one_gang_state(pods, expected_states, since):
+    gangs = gang_statuses(pods, lws_name="vllm", pods_per_gang=2, spec_gangs=1)
+    assert [g.state for g in gangs] == expected_states
+    assert [g.not_ready_since_s for g in gangs] == since
+
+
+def test_groups_above_spec_are_left_out_and_missing_groups_are_pending():
+    pods = [lws_pod("vllm", g, w) for g in (0, 2, 3) for w in (0, 1)]
+    gangs = gang_statuses(pods, lws_name="vllm", pods_per_gang=2, spec_gangs=3)
+    assert [(g.group_index, g.state) for g in gangs] == [
+        (0, GangState.READY),
+        (1, GangState.PENDING),
+        (2, GangState.READY),
+    ]
+
+
+def test_ready_leader_pods_only_for_ready_gangs():
+    pods = [
+        lws_pod("vllm", 0, 0),
+        lws_pod("vllm", 0, 1),
+        lws_pod("vllm", 1, 0),
+        lws_pod("vllm", 1, 1, node=None),
+    ]
+    gangs = gang_statuses(pods, lws_name="vllm", pods_per_gang=2, spec_gangs=2)
+    assert ready_leader_pods(pods, lws_name="vllm", gangs=gangs) == {"vllm-0": 0}
+
+
+def _balloon(node: str) -> dict:
+    pod = lws_pod("x", 0, 0, node=node, requests={"cpu": "125", "nvidia.com/gpu": "8"})
+    pod["metadata"]["labels"] = {
+        "app.kubernetes.io/managed-by": "gang-autoscaler",
+        "gang-autoscaler.io/balloon-for": "vllm",
+    }
+    return pod
+
+
+def test_free_capacity_counts_balloons_as_free_and_skips_finished_pods():
+    nodes = [gpu_node("node-a"), gpu_node("node-b"), gpu_node("node-c", ready=False)]
+    pods = [
+        lws_pod("vllm", 0, 0, node="node-a", requests={"cpu": "125", "nvidia.com/gpu": "8"}),
+        lws_pod("vllm", 0, 1, node="node-b", requests={"cpu": "500m"}, phase="Succeeded"),
+        _balloon("node-b"),
+        lws_pod("vllm", 1, 0, node=None, requests={"cpu": "125", "nvidia.com/gpu": "8"}),
+    ]
+    caps = {c.name: c for c in node_capacities(nodes, pods)}
+    assert caps["node-a"].free["nvidia.com/gpu"] == 0
+    assert caps["node-a"].free["cpu"] == 190_000 - 125_000
+    assert caps["node-a"].free["pods"] == 109
+    assert caps["node-b"].free["nvidia.com/gpu"] == 8  # the balloon is preemptible: free
+    assert caps["node-b"].free["cpu"] == 190_000
+    assert caps["node-b"].free["memory"] == 1500 * 2**30
+    assert not caps["node-c"].schedulable
+    assert caps["node-a"].labels["topology.kubernetes.io/zone"] == "z1"
+
+
+def test_taints_and_cordon_are_reported():
+    node = gpu_node("node-a")
+    node["spec"] = {
+        "unschedulable": True,
+        "taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}],
+    }
+    (cap,) = node_capacities([node], [])
+    assert not cap.schedulable
+    assert cap.taints[0].key == "nvidia.com/gpu" and cap.taints[0].effect == "NoSchedule"
