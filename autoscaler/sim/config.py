@@ -1,0 +1,156 @@
+"""Simulator settings: cluster, serving physics, SLO and run parameters, overridable from YAML.
+
+Defaults live here and only here; `docs/simulator.md` gives the source or the reasoning
+behind each serving number.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from autoscaler.sim.errors import ConfigError
+
+
+class _Settings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ClusterSettings(_Settings):
+    gpus_per_node: int = Field(default=8, gt=0, description="GPUs on one node")
+    gpus_per_pod: int = Field(default=8, gt=0, description="GPUs one gang member pod requests")
+    pods_per_gang: int = Field(default=2, gt=0, description="pods in one gang (leader + workers)")
+    max_nodes: int | None = Field(default=None, gt=0, description="cap on nodes; None = unlimited")
+    node_provisioning_s: float = Field(default=300.0, ge=0, description="new node to schedulable")
+    gang_startup_s: float = Field(
+        default=180.0, ge=0, description="all pods placed to serving (weights load, NCCL ring)"
+    )
+    node_idle_timeout_s: float = Field(
+        default=600.0, ge=0, description="an empty node is removed after this long (CA default 10m)"
+    )
+
+    @model_validator(mode="after")
+    def _pod_fits_node(self) -> ClusterSettings:
+        if self.gpus_per_pod > self.gpus_per_node:
+            raise ValueError("gpus_per_pod must not exceed gpus_per_node")
+        return self
+
+    @property
+    def pods_per_node(self) -> int:
+        return self.gpus_per_node // self.gpus_per_pod
+
+    @property
+    def gpus_per_gang(self) -> int:
+        return self.gpus_per_pod * self.pods_per_gang
+
+
+class ServingSettings(_Settings):
+    """Per-gang serving capacity (a gang's figures are per-pod figures times pods_per_gang)."""
+
+    prefill_tokens_per_s_per_pod: float = Field(
+        default=20_000.0,
+        gt=0,
+        description="prompt tokens/s one 8-GPU pod prefills, 70B-class model",
+    )
+    decode_tokens_per_s_per_pod: float = Field(
+        default=12_000.0, gt=0, description="generated tokens/s of one 8-GPU pod at full batch"
+    )
+    max_sequences_per_pod: int = Field(
+        default=256, gt=0, description="concurrent decode sequences per pod (vLLM max_num_seqs)"
+    )
+    unified_decode_interference: float = Field(
+        default=0.5,
+        ge=0,
+        le=1,
+        description="share of a unified gang's prefill capacity lost when its decode batch "
+        "is full (decode steps and prefill chunks share each iteration)",
+    )
+
+    def prefill_tokens_per_s(self, pods_per_gang: int) -> float:
+        return self.prefill_tokens_per_s_per_pod * pods_per_gang
+
+    def decode_tokens_per_s(self, pods_per_gang: int) -> float:
+        return self.decode_tokens_per_s_per_pod * pods_per_gang
+
+    def max_sequences(self, pods_per_gang: int) -> int:
+        return self.max_sequences_per_pod * pods_per_gang
+
+
+class GangPolicySettings(_Settings):
+    """Annotation values the simulator puts on the simulated LWS objects for `gang`.
+
+    Keys are the DESIGN section 5 annotation names without the prefix; values are strings,
+    exactly as an operator would write them.
+    """
+
+    prefill: dict[str, str] = Field(default_factory=dict)
+    decode: dict[str, str] = Field(default_factory=dict)
+    unified: dict[str, str] = Field(default_factory=dict)
+    # capacity-per-replica defaults to this share of a gang's measured capacity
+    target_utilization: float = Field(default=0.7, gt=0, le=1)
+    forecast_refit_s: float = Field(default=3600.0, gt=0, description="forecaster refit cadence")
+    forecast_history_s: float = Field(
+        default=14 * 86_400.0, gt=0, description="demand history the forecaster is fitted on"
+    )
+    forecast_resolution_s: float = Field(
+        default=60.0, gt=0, description="forecast grid for traces up to a day (300 s beyond)"
+    )
+
+
+class SimSettings(_Settings):
+    step_s: float = Field(default=5.0, gt=0, description="simulation step")
+    tick_s: float = Field(default=15.0, gt=0, description="control loop period")
+    slo_ttft_s: float = Field(default=2.0, gt=0, description="time-to-first-token objective")
+    seed: int = 0
+    mode: str = Field(default="pd", pattern="^(pd|unified)$")
+    demand_window_s: float = Field(
+        default=60.0, gt=0, description="rate() window of demand signals"
+    )
+    target_peak_gangs: int = Field(
+        default=8,
+        gt=0,
+        description="auto --scale sizes a trace so its busiest minute needs this many",
+    )
+    max_gangs_factor: float = Field(
+        default=2.0,
+        ge=1,
+        description="max-replicas of gang and reactive, times the static (peak) gangs",
+    )
+    node_quota_factor: float | None = Field(
+        default=1.5,
+        ge=1,
+        description="when cluster.max_nodes is unset, cap nodes at this times what static "
+        "needs (a cluster quota); None = unlimited",
+    )
+    cluster: ClusterSettings = Field(default_factory=ClusterSettings)
+    serving: ServingSettings = Field(default_factory=ServingSettings)
+    gang: GangPolicySettings = Field(default_factory=GangPolicySettings)
+
+    @model_validator(mode="after")
+    def _tick_is_whole_steps(self) -> SimSettings:
+        ratio = self.tick_s / self.step_s
+        if abs(ratio - round(ratio)) > 1e-9 or ratio < 1:
+            raise ValueError("tick_s must be a whole multiple of step_s")
+        return self
+
+
+def load_settings(path: Path | None = None, **overrides: Any) -> SimSettings:
+    """Defaults, then the YAML file (nested like SimSettings), then explicit overrides."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError) as err:
+            raise ConfigError(f"{path}: cannot read simulator configuration") from err
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"{path}: the top level must be a mapping")
+        data.update(loaded or {})
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        return SimSettings.model_validate(data)
+    except ValidationError as err:
+        where = f"{path}: " if path else ""
+        raise ConfigError(f"{where}invalid simulator configuration: {err}") from err

@@ -1,0 +1,179 @@
+"""The `gang` policy: this product, driven exactly as the service drives it.
+
+Each tick the simulated cluster is turned into the `Observations` the Prometheus and
+Kubernetes adapters would produce, the policies are parsed from LWS annotations by the real
+`parse_policy`, the real default forecaster (from `forecasting`) supplies the demand
+forecast one lead time ahead, and the real `core.decision.plan` decides gangs and balloon
+gangs. The forecaster is refitted on a slower cadence than the tick and updated with each
+tick's observation in between, as the service does; simulated time is the clock throughout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from autoscaler.core.decision import plan
+from autoscaler.core.gang_plan import GangPlan, Memory
+from autoscaler.core.model import (
+    ClusterObservation,
+    ComponentKey,
+    ComponentObservation,
+    Forecast,
+    NodeCapacity,
+    Observations,
+)
+from autoscaler.core.policy import Policy, parse_policy
+from autoscaler.core.shape import GangShape, PodShape
+from autoscaler.sim.config import SimSettings
+from autoscaler.sim.controller import Action, Snapshot
+from forecasting.models import make_forecaster
+from forecasting.series import Series
+
+NAMESPACE = "sim"
+GPU = "nvidia.com/gpu"
+LONG_TRACE_S = 86_400.0
+
+
+def default_annotations(settings: SimSettings, component: str, *, max_gangs: int) -> dict[str, str]:
+    """The annotations the simulated LWS of `component` carries for `gang`.
+
+    Capacity per gang is a share (`target_utilization`) of what one gang measurably serves,
+    in the unit of the component's demand signal: prompt tokens/s for prefill and unified,
+    generated tokens/s for decode. The lead time is node provisioning plus gang start-up
+    plus one tick, the time from a decision to a serving gang on a fresh node. Values in
+    the YAML `gang:` section override these.
+    """
+    cluster, serving, gang = settings.cluster, settings.serving, settings.gang
+    pods = cluster.pods_per_gang
+    if component == "decode":
+        capacity = serving.decode_tokens_per_s(pods) * gang.target_utilization
+    else:
+        capacity = serving.prefill_tokens_per_s(pods) * gang.target_utilization
+    lead_s = cluster.node_provisioning_s + cluster.gang_startup_s + settings.tick_s
+    annotations = {
+        "enabled": "true",
+        "deployment": "model",
+        "component": component,
+        "min-replicas": "1",
+        "max-replicas": str(max_gangs),
+        "capacity-per-replica": f"{capacity:g}",
+        "lead-time": f"{lead_s:g}s",
+        "max-buffer": "2",
+        "max-scale-up": "4",
+    }
+    annotations.update(getattr(gang, component))
+    return {f"gang-autoscaler.io/{k}": v for k, v in annotations.items()}
+
+
+class GangController:
+    name = "gang"
+    gang_scheduling = True
+
+    def __init__(
+        self,
+        settings: SimSettings,
+        initial: Mapping[str, int],
+        *,
+        max_gangs: Mapping[str, int],
+        duration_s: float,
+    ) -> None:
+        self.settings = settings
+        self.initial = dict(initial)
+        self.keys = {c: ComponentKey(NAMESPACE, f"model-{c}") for c in initial}
+        self.policies: dict[ComponentKey, Policy] = {
+            key: parse_policy(
+                default_annotations(settings, c, max_gangs=max_gangs[c]), lws_name=key.lws
+            )
+            for c, key in self.keys.items()
+        }
+        gpus = settings.cluster.gpus_per_pod
+        pod = PodShape(requests={GPU: gpus, "cpu": 32_000}, limits={GPU: gpus})
+        self.shape = GangShape(leader=pod, worker=pod, pods_per_gang=settings.cluster.pods_per_gang)
+        resolution_s = settings.gang.forecast_resolution_s
+        if duration_s > LONG_TRACE_S:
+            resolution_s = max(resolution_s, 300.0)  # the forecasting package's own grid
+        self.forecasters = {c: make_forecaster(step_s=resolution_s) for c in initial}
+        self.seen_steps = {c: 0 for c in initial}
+        self.last_fit_s: float | None = None
+        self.memory = Memory()
+        self.last_plan: GangPlan | None = None
+
+    def initial_gangs(self) -> Mapping[str, int]:
+        return self.initial
+
+    def decide(self, snapshot: Snapshot) -> Mapping[str, Action]:
+        forecasts = self._forecasts(snapshot)
+        observations = Observations(
+            components={
+                self.keys[name]: ComponentObservation(
+                    key=self.keys[name],
+                    spec_gangs=comp.spec_gangs,
+                    gangs=comp.gangs,
+                    signals=comp.signals,
+                    shape=self.shape,
+                    balloon_gangs=comp.balloon_gangs,
+                )
+                for name, comp in snapshot.components.items()
+            },
+            cluster=ClusterObservation(
+                nodes=tuple(
+                    NodeCapacity(
+                        name=f"node-{i}",
+                        free={GPU: free * self.settings.cluster.gpus_per_pod, "cpu": 10**6},
+                    )
+                    for i, free in enumerate(snapshot.free_slots_per_node)
+                ),
+                can_grow=snapshot.can_grow,
+            ),
+        )
+        gang_plan, self.memory = plan(
+            observations, self.policies, forecasts, self.memory, now=snapshot.now_s
+        )
+        self.last_plan = gang_plan
+        actions = {}
+        for name, key in self.keys.items():
+            component_plan = gang_plan.components[key]
+            forecast = forecasts.get(key)
+            desired = snapshot.components[name].spec_gangs
+            if not component_plan.hold:
+                desired = component_plan.desired_gangs
+            actions[name] = Action(
+                desired_gangs=desired,
+                balloon_gangs=component_plan.balloon_gangs,
+                remove_groups=component_plan.rolled_back_groups,
+                forecast_point=None if forecast is None else forecast.point,
+                forecast_upper=None if forecast is None else forecast.upper,
+            )
+        return actions
+
+    def _forecasts(self, snapshot: Snapshot) -> dict[ComponentKey, Forecast]:
+        dt = self.settings.step_s
+        refit = (
+            self.last_fit_s is None
+            or snapshot.now_s - self.last_fit_s >= self.settings.gang.forecast_refit_s
+        )
+        forecasts = {}
+        for name, forecaster in self.forecasters.items():
+            history = snapshot.demand_history[name]
+            if refit:
+                start = max(0, history.size - int(self.settings.gang.forecast_history_s / dt))
+                times = (np.arange(start, history.size, dtype=np.float64) + 1) * dt
+                forecaster.fit(Series(times, np.asarray(history[start:], dtype=np.float64)))
+            elif history.size > self.seen_steps[name]:
+                new = np.arange(self.seen_steps[name], history.size, dtype=np.float64)
+                forecaster.update((new + 1) * dt, history[self.seen_steps[name] :])
+            self.seen_steps[name] = history.size
+            policy = self.policies[self.keys[name]]
+            result = forecaster.forecast(policy.lead_time_s)
+            if result is not None:
+                forecasts[self.keys[name]] = Forecast(
+                    point=result.point,
+                    upper=result.upper,
+                    horizon_s=result.horizon_s,
+                    fallback_reason=result.fallback_reason,
+                )
+        if refit:
+            self.last_fit_s = snapshot.now_s
+        return forecasts

@@ -1,0 +1,90 @@
+"""Clairvoyant gang requirement: the fewest gangs per step that meet the SLO for the arrivals
+that actually come. The `oracle` follows it (started one lead time early) and `static` holds
+its peak; neither can be beaten on GPU-hours by a policy that meets the SLO.
+
+Prefill: with aggregate capacity c, FIFO delay stays within a slack s when every window
+starting now satisfies arrivals(window) <= c * (window + s); the slack is the SLO less the
+99th percentile of a request's own prefill time. Windows up to `max_window_s` are checked,
+which covers every burst the SLO can absorb. Decode: enough slots for the sequences that
+would be running if every request got a slot at once. Unified: both on the same gangs, with
+the decode batch taking its share of prefill capacity.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from autoscaler.sim.config import SimSettings
+from autoscaler.sim.workload import Workload
+
+
+def per_step(values: np.ndarray, arrival_s: np.ndarray, *, dt: float, n_steps: int) -> np.ndarray:
+    """Sum `values` of the cohorts arriving in each step."""
+    index = np.minimum((arrival_s // dt).astype(np.int64), n_steps - 1)
+    return np.bincount(index, weights=values, minlength=n_steps)
+
+
+def required_gangs(
+    workload: Workload, settings: SimSettings, *, n_steps: int, max_window_s: float = 120.0
+) -> dict[str, np.ndarray]:
+    dt = settings.step_s
+    pods = settings.cluster.pods_per_gang
+    serving = settings.serving
+    prefill_per_gang = serving.prefill_tokens_per_s(pods)
+    slots_per_gang = serving.max_sequences(pods)
+    seq_rate = serving.decode_tokens_per_s(pods) / slots_per_gang
+
+    own_s = workload.input_tokens / prefill_per_gang
+    order = np.argsort(own_s)
+    weights = np.cumsum(workload.requests[order]) / workload.total_requests
+    p99_index = min(int(np.searchsorted(weights, 0.99)), own_s.size - 1)
+    p99_own_s = float(own_s[order][p99_index])
+    slack_s = max(settings.slo_ttft_s - p99_own_s, 0.25 * settings.slo_ttft_s)
+
+    # windows on a 1 s grid: bursts shorter than a simulation step still queue
+    grid_s = min(1.0, dt)
+    n_grid = int(np.ceil(n_steps * dt / grid_s))
+    tokens = per_step(workload.prompt_tokens(), workload.arrival_s, dt=grid_s, n_steps=n_grid)
+    cumulative = np.concatenate(([0.0], np.cumsum(tokens)))
+    need_grid = np.zeros(n_grid)
+    for w in range(1, max(round(max_window_s / grid_s), 1) + 1):
+        end = np.minimum(np.arange(n_grid) + w, n_grid)
+        window = cumulative[end] - cumulative[:n_grid]
+        need_grid = np.maximum(need_grid, window / (w * grid_s + slack_s))
+    per = round(dt / grid_s)
+    padded = np.zeros(n_steps * per)
+    padded[: min(n_grid, padded.size)] = need_grid[: padded.size]
+    need_rate = padded.reshape(n_steps, per).max(axis=1)
+
+    # sequences in decode: each holds a slot from arrival for output / per-sequence speed
+    hold_s = workload.output_tokens / seq_rate
+    start = np.minimum((workload.arrival_s // dt).astype(np.int64), n_steps - 1)
+    hold_steps = np.maximum(np.ceil(hold_s / dt), 1).astype(np.int64)
+    stop = np.minimum(start + hold_steps, n_steps)
+    delta = np.bincount(start, weights=workload.requests, minlength=n_steps + 1)
+    delta -= np.bincount(stop, weights=workload.requests, minlength=n_steps + 1)
+    running = np.cumsum(delta)[:n_steps]
+
+    if settings.mode == "unified":
+        interference = serving.unified_decode_interference
+        need = np.maximum(
+            need_rate / prefill_per_gang + interference * running / slots_per_gang,
+            running / slots_per_gang,
+        )
+        return {"unified": _whole(need)}
+    return {
+        "prefill": _whole(need_rate / prefill_per_gang),
+        "decode": _whole(running / slots_per_gang),
+    }
+
+
+def _whole(need: np.ndarray) -> np.ndarray:
+    return np.maximum(np.ceil(need - 1e-9), 1).astype(np.int64)
+
+
+def look_ahead_max(series: np.ndarray, steps: int) -> np.ndarray:
+    """max(series[k : k + steps + 1]) for every k: what must be running `steps` from now."""
+    out = series.copy()
+    for shift in range(1, steps + 1):
+        out[:-shift] = np.maximum(out[:-shift], series[shift:])
+    return out

@@ -1,0 +1,155 @@
+"""One comparison run: load and scale a trace, build each policy, simulate, measure."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from autoscaler.sim.baselines import OracleController, ReactiveController, StaticController
+from autoscaler.sim.config import SimSettings
+from autoscaler.sim.controller import Controller
+from autoscaler.sim.engine import RunResult, simulate
+from autoscaler.sim.errors import SimulationError
+from autoscaler.sim.metrics import PolicyMetrics, measure
+from autoscaler.sim.requirement import look_ahead_max, per_step, required_gangs
+from autoscaler.sim.workload import Workload, load_servegen, load_trace, scale_requests
+
+POLICIES = ("gang", "reactive", "static", "oracle")
+PEAK_WINDOW_S = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    trace: str
+    scale: float
+    workload: Workload
+    results: dict[str, RunResult]
+    metrics: dict[str, PolicyMetrics]
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "trace": self.trace,
+            "policies": {name: m.as_json() for name, m in self.metrics.items()},
+        }
+
+
+def auto_scale(workload: Workload, settings: SimSettings) -> float:
+    """The factor that makes the trace's busiest minute need `target_peak_gangs` gangs."""
+    n = max(math.ceil(workload.duration_s / PEAK_WINDOW_S), 1)
+    per_minute = per_step(workload.prompt_tokens(), workload.arrival_s, dt=PEAK_WINDOW_S, n_steps=n)
+    peak_tokens_per_s = float(per_minute.max()) / PEAK_WINDOW_S
+    gang_tokens_per_s = settings.serving.prefill_tokens_per_s(settings.cluster.pods_per_gang)
+    return settings.target_peak_gangs * gang_tokens_per_s / peak_tokens_per_s
+
+
+def load_workload(
+    path: Path, settings: SimSettings, *, scale: float | None, name: str
+) -> tuple[Workload, float]:
+    """Load a trace and scale it (`scale` None: automatic)."""
+    if _is_servegen(path):
+        frame = pd.read_csv(path, comment="#")
+        if scale is None:
+            peak = float((frame["requests_per_s"] * frame["mean_input_tokens"].ffill()).max())
+            gang = settings.serving.prefill_tokens_per_s(settings.cluster.pods_per_gang)
+            scale = settings.target_peak_gangs * gang / peak
+        workload = load_servegen(path, seed=settings.seed, rate_scale=scale, name=name)
+        return workload, scale
+    workload = load_trace(path, seed=settings.seed, name=name)
+    if scale is None:
+        scale = auto_scale(workload, settings)
+    return scale_requests(workload, scale, seed=settings.seed), scale
+
+
+def _is_servegen(path: Path) -> bool:
+    if path.suffix not in (".csv",):
+        return False
+    with path.open(encoding="utf-8") as handle:
+        header = handle.readline()
+    return "requests_per_s" in header
+
+
+def cluster_quota(requirement: dict[str, np.ndarray], settings: SimSettings) -> int | None:
+    """Nodes the cluster may grow to: explicit, or a multiple of what static needs."""
+    cluster = settings.cluster
+    if cluster.max_nodes is not None:
+        return cluster.max_nodes
+    if settings.node_quota_factor is None:
+        return None
+    pods = sum(int(r.max()) for r in requirement.values()) * cluster.pods_per_gang
+    return math.ceil(settings.node_quota_factor * pods / cluster.pods_per_node)
+
+
+def with_quota(workload: Workload, settings: SimSettings) -> SimSettings:
+    """The settings with `cluster.max_nodes` resolved for this workload."""
+    n_steps = max(math.ceil(workload.duration_s / settings.step_s), 1)
+    quota = cluster_quota(required_gangs(workload, settings, n_steps=n_steps), settings)
+    cluster = settings.cluster.model_copy(update={"max_nodes": quota})
+    return settings.model_copy(update={"cluster": cluster})
+
+
+def build_controllers(
+    workload: Workload, settings: SimSettings, policies: Sequence[str]
+) -> list[Controller]:
+    dt = settings.step_s
+    n_steps = max(math.ceil(workload.duration_s / dt), 1)
+    requirement = required_gangs(workload, settings, n_steps=n_steps)
+    cluster = settings.cluster
+    lead_s = cluster.node_provisioning_s + cluster.gang_startup_s + settings.tick_s
+    lead_steps = math.ceil(lead_s / dt)
+    # every dynamic policy starts in steady state: what the first lead time needs
+    initial = {c: int(look_ahead_max(r, lead_steps)[0]) for c, r in requirement.items()}
+    max_gangs = {
+        c: max(math.ceil(settings.max_gangs_factor * r.max()), 1) for c, r in requirement.items()
+    }
+    controllers: list[Controller] = []
+    for name in policies:
+        if name == "gang":
+            from autoscaler.sim.gang_policy import GangController
+
+            controllers.append(
+                GangController(
+                    settings, initial, max_gangs=max_gangs, duration_s=workload.duration_s
+                )
+            )
+        elif name == "reactive":
+            controllers.append(
+                ReactiveController(
+                    initial,
+                    target_waiting=4.0,
+                    target_kv_usage=0.8,
+                    max_gangs=max_gangs,
+                )
+            )
+        elif name == "static":
+            controllers.append(StaticController(requirement))
+        elif name == "oracle":
+            controllers.append(OracleController(requirement, lead_steps=lead_steps))
+        else:
+            raise SimulationError(f"unknown policy {name!r}; known: {', '.join(POLICIES)}")
+    return controllers
+
+
+def compare(
+    workload: Workload,
+    settings: SimSettings,
+    *,
+    policies: Sequence[str] = POLICIES,
+    trace: str,
+    scale: float,
+    progress: bool | None = None,
+) -> Comparison:
+    settings = with_quota(workload, settings)
+    results = {}
+    for controller in build_controllers(workload, settings, policies):
+        results[controller.name] = simulate(workload, controller, settings, progress=progress)
+    metrics = {name: measure(result) for name, result in results.items()}
+    return Comparison(trace=trace, scale=scale, workload=workload, results=results, metrics=metrics)
+
+
+def per_request_ttft(result: RunResult) -> tuple[np.ndarray, np.ndarray]:
+    return result.ttft_s, result.workload.requests

@@ -1,0 +1,301 @@
+"""Workloads the simulator replays: arrivals with prompt and output lengths, from real traces.
+
+Every workload is a sequence of *cohorts*: requests arriving together at one instant with
+the same prompt and output length. A request-level trace (Azure, Mooncake) has one request
+per cohort; a per-second aggregate has one cohort per second; a ServeGen 10-minute rate
+series is sampled into one cohort per second (Poisson counts, fixed seed). Cohorts keep
+multi-day series to arrays of a few million entries, so the serving model stays vectorised.
+"""
+
+from __future__ import annotations
+
+import gzip
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from numpy.typing import ArrayLike
+
+from autoscaler.sim.errors import TraceError
+
+BUILTIN_TRACE = "builtin"
+BUILTIN_PATH = Path(__file__).resolve().parent / "data" / "azure2023_conv_1s_first30min.csv.gz"
+
+# Shared trace names -> file names under the shared traces directory.
+SHARED_TRACES: dict[str, str] = {
+    "azure-code": "AzureLLMInferenceTrace_code.csv",
+    "azure-conv": "AzureLLMInferenceTrace_conv.csv",
+    "azure-code-1s": "azure2023_code_1s.csv",
+    "azure-conv-1s": "azure2023_conv_1s.csv",
+    "mooncake": "mooncake_fast25_synthetic_trace.jsonl",
+    "servegen-m-mid": "servegen_m-mid_600s.csv",
+    "servegen-m-small": "servegen_m-small_600s.csv",
+    "servegen-mm-image": "servegen_mm-image_600s.csv",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """Cohorts sorted by arrival time. Arrays are aligned, one entry per cohort."""
+
+    name: str
+    arrival_s: np.ndarray  # float64, seconds from the start of the trace
+    requests: np.ndarray  # float64 request count per cohort (>0)
+    input_tokens: np.ndarray  # float64 prompt tokens per request
+    output_tokens: np.ndarray  # float64 generated tokens per request
+    duration_s: float
+
+    @property
+    def total_requests(self) -> float:
+        return float(self.requests.sum())
+
+    def prompt_tokens(self) -> np.ndarray:
+        return np.asarray(self.requests * self.input_tokens, dtype=np.float64)
+
+    def generated_tokens(self) -> np.ndarray:
+        return np.asarray(self.requests * self.output_tokens, dtype=np.float64)
+
+    def slice(self, start_s: float, end_s: float) -> Workload:
+        """The cohorts in [start_s, end_s), re-based to start at 0."""
+        mask = (self.arrival_s >= start_s) & (self.arrival_s < end_s)
+        return Workload(
+            name=f"{self.name}[{start_s:g}s:{end_s:g}s]",
+            arrival_s=self.arrival_s[mask] - start_s,
+            requests=self.requests[mask],
+            input_tokens=self.input_tokens[mask],
+            output_tokens=self.output_tokens[mask],
+            duration_s=min(end_s, self.duration_s) - start_s,
+        )
+
+
+def _build(
+    name: str,
+    arrival_s: ArrayLike,
+    requests: ArrayLike,
+    input_tokens: ArrayLike,
+    output_tokens: ArrayLike,
+    duration_s: float,
+) -> Workload:
+    arrival = np.asarray(arrival_s, dtype=np.float64)
+    order = np.argsort(arrival, kind="stable")
+    count = np.asarray(requests, dtype=np.float64)[order]
+    keep = count > 0
+    workload = Workload(
+        name=name,
+        arrival_s=arrival[order][keep],
+        requests=count[keep],
+        input_tokens=np.maximum(np.asarray(input_tokens, dtype=np.float64)[order][keep], 1.0),
+        output_tokens=np.maximum(np.asarray(output_tokens, dtype=np.float64)[order][keep], 1.0),
+        duration_s=float(duration_s),
+    )
+    if workload.arrival_s.size == 0:
+        raise TraceError(f"trace {name!r} has no requests")
+    return workload
+
+
+def load_azure_requests(path: Path, *, name: str | None = None) -> Workload:
+    """Azure LLM inference trace: `TIMESTAMP,ContextTokens,GeneratedTokens`, one request a row."""
+    frame = _read_csv(path, ("TIMESTAMP", "ContextTokens", "GeneratedTokens"))
+    stamps = pd.to_datetime(frame["TIMESTAMP"], format="mixed")
+    start = stamps.min().floor("s")
+    arrival = (stamps - start).dt.total_seconds().to_numpy()
+    return _build(
+        name or path.stem,
+        arrival,
+        np.ones(len(frame)),
+        frame["ContextTokens"].to_numpy(),
+        frame["GeneratedTokens"].to_numpy(),
+        float(np.ceil(arrival.max() + 1e-9)),
+    )
+
+
+def load_per_second(path: Path, *, name: str | None = None) -> Workload:
+    """Per-second aggregates: `t_seconds,requests,input_tokens,output_tokens` (token sums).
+
+    Each second becomes one cohort placed at the middle of the second, with the second's
+    mean prompt and output lengths.
+    """
+    frame = _read_csv(path, ("t_seconds", "requests", "input_tokens", "output_tokens"))
+    count = frame["requests"].to_numpy(dtype=np.float64)
+    safe = np.where(count > 0, count, 1.0)
+    return _build(
+        name or path.stem,
+        frame["t_seconds"].to_numpy(dtype=np.float64) + 0.5,
+        count,
+        frame["input_tokens"].to_numpy(dtype=np.float64) / safe,
+        frame["output_tokens"].to_numpy(dtype=np.float64) / safe,
+        float(frame["t_seconds"].max() + 1),
+    )
+
+
+def load_mooncake(path: Path, *, name: str | None = None) -> Workload:
+    """Mooncake JSON lines: `timestamp` (ms), `input_length`, `output_length`."""
+    try:
+        frame = pd.read_json(path, lines=True)
+    except ValueError as err:
+        raise TraceError(f"{path}: not a JSON-lines trace") from err
+    _require(path, frame, ("timestamp", "input_length", "output_length"))
+    arrival = frame["timestamp"].to_numpy(dtype=np.float64) / 1000.0
+    arrival -= arrival.min()
+    return _build(
+        name or path.stem,
+        arrival,
+        np.ones(len(frame)),
+        frame["input_length"].to_numpy(),
+        frame["output_length"].to_numpy(),
+        float(np.ceil(arrival.max() + 1e-9)),
+    )
+
+
+def load_servegen(
+    path: Path, *, seed: int, rate_scale: float = 1.0, name: str | None = None
+) -> Workload:
+    """ServeGen 10-minute windows, sampled into per-second Poisson cohorts.
+
+    The window's `requests_per_s` times `rate_scale` is the Poisson mean for each second;
+    prompt and output lengths are the window's rate-weighted means. Windows whose length
+    columns are empty take the last known lengths (the rate columns are complete).
+    """
+    columns = ("t_seconds", "requests_per_s", "mean_input_tokens", "mean_output_tokens")
+    frame = _read_csv(path, columns)
+    window_s = float(np.median(np.diff(frame["t_seconds"].to_numpy()))) if len(frame) > 1 else 600
+    lengths = frame[["mean_input_tokens", "mean_output_tokens"]].ffill().bfill()
+    if lengths.isna().any().any():
+        raise TraceError(f"{path}: no prompt/output lengths in any window")
+    rng = np.random.default_rng(seed)
+    per_window = int(window_s)
+    rate = np.repeat(frame["requests_per_s"].to_numpy(dtype=np.float64) * rate_scale, per_window)
+    counts = rng.poisson(np.maximum(rate, 0.0)).astype(np.float64)
+    start = float(frame["t_seconds"].iloc[0])
+    seconds = start + np.arange(counts.size, dtype=np.float64)
+    return _build(
+        name or path.stem,
+        seconds - start + 0.5,
+        counts,
+        np.repeat(lengths["mean_input_tokens"].to_numpy(dtype=np.float64), per_window),
+        np.repeat(lengths["mean_output_tokens"].to_numpy(dtype=np.float64), per_window),
+        float(counts.size),
+    )
+
+
+def scale_requests(workload: Workload, scale: float, *, seed: int) -> Workload:
+    """Multiply a trace's traffic by `scale` while keeping its burst pattern.
+
+    Each cohort's request count is multiplied by `scale`; a single-request cohort (request
+    traces) is instead copied floor(scale) times plus once more with the fractional
+    probability, each copy shifted by a uniform offset within one second, so a scaled request
+    trace is still made of whole requests with the original 1-second burst structure.
+    """
+    if scale <= 0:
+        raise TraceError(f"scale must be positive, got {scale}")
+    if scale == 1.0:
+        return workload
+    if not np.all(workload.requests == 1.0):
+        return Workload(
+            name=workload.name,
+            arrival_s=workload.arrival_s,
+            requests=workload.requests * scale,
+            input_tokens=workload.input_tokens,
+            output_tokens=workload.output_tokens,
+            duration_s=workload.duration_s,
+        )
+    rng = np.random.default_rng(seed)
+    whole = int(np.floor(scale))
+    copies = whole + (rng.random(workload.arrival_s.size) < scale - whole)
+    index = np.repeat(np.arange(workload.arrival_s.size), copies)
+    # the first copy keeps the original time; further copies are jittered within a second
+    first = np.r_[True, index[1:] != index[:-1]]
+    jitter = np.where(first, 0.0, rng.random(index.size))
+    arrival = np.minimum(workload.arrival_s[index] + jitter, workload.duration_s - 1e-6)
+    return _build(
+        workload.name,
+        arrival,
+        np.ones(index.size),
+        workload.input_tokens[index],
+        workload.output_tokens[index],
+        workload.duration_s,
+    )
+
+
+def resolve_trace(name_or_path: str, *, traces_dir: Path | None) -> Path:
+    """A shared trace name, `builtin`, or a path to a trace file."""
+    if name_or_path == BUILTIN_TRACE:
+        return BUILTIN_PATH
+    if name_or_path in SHARED_TRACES:
+        if traces_dir is None:
+            raise TraceError(
+                f"trace {name_or_path!r} is a shared trace; pass --traces-dir (the directory "
+                "holding the shared traces) or set GANG_AUTOSCALER_TRACES"
+            )
+        path = traces_dir / SHARED_TRACES[name_or_path]
+    else:
+        path = Path(name_or_path)
+    if not path.exists():
+        known = ", ".join([BUILTIN_TRACE, *SHARED_TRACES])
+        raise TraceError(f"trace {name_or_path!r}: no such file {path} (known names: {known})")
+    return path
+
+
+def load_trace(path: Path, *, seed: int, name: str | None = None) -> Workload:
+    """Load any supported trace file, recognised by its columns."""
+    label = name or path.name.removesuffix(".gz").rsplit(".", 1)[0]
+    if path.suffix == ".jsonl":
+        return load_mooncake(path, name=label)
+    header = _header(path)
+    if "TIMESTAMP" in header:
+        return load_azure_requests(path, name=label)
+    if "requests_per_s" in header:
+        return load_servegen(path, seed=seed, name=label)
+    if "t_seconds" in header and "requests" in header:
+        return load_per_second(path, name=label)
+    raise TraceError(
+        f"{path}: unknown trace format (columns {sorted(header)}); expected an Azure request "
+        "CSV, a per-second aggregate, a ServeGen window series or Mooncake JSON lines"
+    )
+
+
+def _header(path: Path) -> set[str]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    try:
+        with opener(path, "rt", encoding="utf-8") as handle:
+            for line in handle:
+                if line.strip() and not line.startswith("#"):
+                    return {c.strip() for c in line.split(",")}
+    except (OSError, UnicodeDecodeError) as err:
+        raise TraceError(f"{path}: cannot read trace") from err
+    raise TraceError(f"{path}: empty trace file")
+
+
+def _read_csv(path: Path, columns: tuple[str, ...]) -> pd.DataFrame:
+    try:
+        frame = pd.read_csv(path, comment="#")
+    except (OSError, ValueError) as err:
+        raise TraceError(f"{path}: cannot read trace CSV") from err
+    _require(path, frame, columns)
+    numeric = [c for c in columns if c != "TIMESTAMP"]
+    bad = frame[numeric].apply(pd.to_numeric, errors="coerce").isna() & frame[numeric].notna()
+    if bad.any().any():
+        column = bad.any().idxmax()
+        row = int(bad[column].to_numpy().argmax())
+        raise TraceError(f"{path}: non-numeric value in column {column!r} at data row {row + 1}")
+    return frame
+
+
+def _require(path: Path, frame: pd.DataFrame, columns: tuple[str, ...]) -> None:
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise TraceError(f"{path}: missing columns {missing}")
+
+
+def trace_metadata(path: Path) -> dict[str, str]:
+    """Attribution comment lines (`# key: value`) at the top of a shipped trace."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    meta: dict[str, str] = {}
+    with opener(path, "rt", encoding="utf-8") as handle:
+        for line in handle:
+            if not line.startswith("#"):
+                break
+            key, _, value = line[1:].partition(":")
+            meta[key.strip()] = value.strip()
+    return meta
