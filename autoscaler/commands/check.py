@@ -1,0 +1,144 @@
+"""`gang-autoscaler check FILE...`: validate the policy annotations in manifest files.
+
+Reads multi-document YAML, finds LeaderWorkerSet objects opted in with
+`gang-autoscaler.io/enabled: "true"`, and reports every problem the service would hold a
+component for, one line each: `file: namespace/name: annotation: problem`. Components of
+one deployment may sit in different files; they are checked together.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from autoscaler.core.model import ComponentKey, DeploymentKey
+from autoscaler.core.policy import (
+    PREFIX,
+    Policy,
+    PolicyError,
+    deployment_key,
+    is_enabled,
+    parse_policy,
+    validate_deployment,
+)
+from autoscaler.core.shape import QuantityError, gang_shape_from_lws
+
+LWS_API_GROUP = "leaderworkerset.x-k8s.io/"
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    source: str
+    subject: str  # namespace/name, or "-" for a file-level problem
+    annotation: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.source}: {self.subject}: {self.annotation}: {self.message}"
+
+
+def _is_lws(doc: Mapping[str, Any]) -> bool:
+    return doc.get("kind") == "LeaderWorkerSet" and str(doc.get("apiVersion", "")).startswith(
+        LWS_API_GROUP
+    )
+
+
+def check_documents(
+    documents: Iterable[tuple[str, Mapping[str, Any]]],
+) -> tuple[list[Finding], int]:
+    """Check (source, object) pairs. Returns the findings and how many opted-in LWS were seen."""
+    findings: list[Finding] = []
+    policies: dict[ComponentKey, Policy] = {}
+    sources: dict[ComponentKey, str] = {}
+    seen = 0
+    for source, doc in documents:
+        if not _is_lws(doc):
+            continue
+        metadata = doc.get("metadata") or {}
+        annotations = metadata.get("annotations") or {}
+        name = str(metadata.get("name", "?"))
+        key = ComponentKey(str(metadata.get("namespace") or "default"), name)
+        if not is_enabled(annotations):
+            if any(str(k).startswith(PREFIX) for k in annotations):
+                findings.append(
+                    Finding(
+                        source,
+                        str(key),
+                        PREFIX + "enabled",
+                        'policy annotations present but the LWS is not opted in (set "true")',
+                    )
+                )
+            continue
+        seen += 1
+        sources[key] = source
+        try:
+            gang_shape_from_lws(doc)
+        except (QuantityError, ValueError, TypeError) as err:
+            findings.append(Finding(source, str(key), "spec.leaderWorkerTemplate", str(err)))
+        try:
+            policies[key] = parse_policy(annotations, lws_name=name)
+        except PolicyError as err:
+            findings.extend(
+                Finding(source, str(key), p.annotation, str(p).split(": ", 1)[1])
+                for p in err.problems
+            )
+
+    deployments: dict[DeploymentKey, dict[ComponentKey, Policy]] = {}
+    for key, policy in policies.items():
+        deployments.setdefault(deployment_key(key, policy), {})[key] = policy
+    for members in deployments.values():
+        for key, problems in sorted(validate_deployment(members).items()):
+            findings.extend(
+                Finding(sources[key], str(key), p.annotation, str(p).split(": ", 1)[1])
+                for p in problems
+            )
+    return findings, seen
+
+
+def _read(paths: Iterable[str]) -> tuple[list[tuple[str, Mapping[str, Any]]], list[Finding]]:
+    documents: list[tuple[str, Mapping[str, Any]]] = []
+    errors: list[Finding] = []
+    for path in paths:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+            for doc in yaml.safe_load_all(text):
+                if isinstance(doc, dict):
+                    items = doc.get("items") if doc.get("kind", "").endswith("List") else None
+                    for item in items if isinstance(items, list) else [doc]:
+                        if isinstance(item, dict):
+                            documents.append((path, item))
+        except OSError as err:
+            errors.append(Finding(path, "-", "file", f"cannot read: {err.strerror or err}"))
+        except yaml.YAMLError as err:
+            errors.append(Finding(path, "-", "file", f"not valid YAML: {err}".replace("\n", " ")))
+    return documents, errors
+
+
+def run(args: argparse.Namespace) -> int:
+    documents, findings = _read(args.files)
+    checked, seen = check_documents(documents)
+    findings.extend(checked)
+    for finding in findings:
+        print(finding)
+    if findings:
+        print(f"{len(findings)} problem(s) in {seen} opted-in LeaderWorkerSet(s)", file=sys.stderr)
+        return 1
+    print(f"ok: {seen} opted-in LeaderWorkerSet(s), no problems", file=sys.stderr)
+    return 0
+
+
+def add_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "check",
+        help="validate gang-autoscaler annotations in manifest files",
+        description="Validate the gang-autoscaler.io/* policy annotations of LeaderWorkerSet "
+        "objects in YAML manifests. Prints one line per problem and exits 1 on any.",
+    )
+    parser.add_argument("files", nargs="+", metavar="FILE", help="YAML manifest files")
+    parser.set_defaults(func=run)

@@ -1,0 +1,148 @@
+"""`gang-autoscaler check`: rejects each bad annotation and accepts the shipped examples."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+from autoscaler.cli import main
+from tests.harness.shared_data import shared_data_path
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
+
+LWS = """
+apiVersion: leaderworkerset.x-k8s.io/v1
+kind: LeaderWorkerSet
+metadata:
+  name: {name}
+  namespace: serving
+  annotations: {annotations}
+spec:
+  replicas: 1
+  leaderWorkerTemplate:
+    size: 2
+    workerTemplate:
+      spec:
+        containers:
+          - name: vllm
+            image: vllm/vllm-openai
+            resources:
+              limits: {{nvidia.com/gpu: "8"}}
+"""
+
+
+def manifest(tmp_path: Path, *components: tuple[str, dict[str, str]]) -> Path:
+    docs = []
+    for name, extra in components:
+        annotations = {"gang-autoscaler.io/enabled": "true", **extra}
+        docs.append(LWS.format(name=name, annotations=json.dumps(annotations)))
+    path = tmp_path / "lws.yaml"
+    path.write_text("---\n".join(docs))
+    return path
+
+
+def pd(prefill_extra=None, decode_extra=None):
+    base = {"gang-autoscaler.io/deployment": "chat"}
+    return (
+        ("chat-prefill", {**base, "gang-autoscaler.io/component": "prefill", **(prefill_extra or {})}),
+        ("chat-decode", {**base, "gang-autoscaler.io/component": "decode", **(decode_extra or {})}),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("components", "expected"),
+    [
+        pytest.param(
+            [("a", {"gang-autoscaler.io/max-replica": "3"})],
+            "serving/a: gang-autoscaler.io/max-replica: unknown annotation",
+            id="unknown-key",
+        ),
+        pytest.param(
+            [("a", {"gang-autoscaler.io/min-replicas": "one"})],
+            "serving/a: gang-autoscaler.io/min-replicas: Input should be a valid integer",
+            id="non-numeric-min",
+        ),
+        pytest.param(
+            [("a", {"gang-autoscaler.io/min-replicas": "4", "gang-autoscaler.io/max-replicas": "2"})],
+            "serving/a: gang-autoscaler.io/min-replicas: is greater than max-replicas (2)",
+            id="min-over-max",
+        ),
+        pytest.param(
+            [("a", {"gang-autoscaler.io/gang-timeout": "10 minutes"})],
+            "serving/a: gang-autoscaler.io/gang-timeout: '10 minutes' is not a duration",
+            id="bad-duration",
+        ),
+        pytest.param(
+            [("a", {"gang-autoscaler.io/prefill-decode-ratio": "1:2"})],
+            "serving/a: gang-autoscaler.io/prefill-decode-ratio: a ratio needs a prefill/decode",
+            id="ratio-on-unified",
+        ),
+        pytest.param(
+            list(pd({"gang-autoscaler.io/prefill-decode-ratio": "1:2-1:4"},
+                    {"gang-autoscaler.io/prefill-decode-ratio": "1:1"})),
+            "serving/chat-decode: gang-autoscaler.io/prefill-decode-ratio: components of one "
+            "deployment disagree",
+            id="disagreeing-ratio",
+        ),
+        pytest.param(
+            [("a", {"gang-autoscaler.io/target-kv-cache": "1.5"})],
+            "serving/a: gang-autoscaler.io/target-kv-cache: Input should be less than or equal to 1",
+            id="kv-over-1",
+        ),
+        pytest.param(
+            [("a", {"gang-autoscaler.io/target-kv-cache": "0"})],
+            "serving/a: gang-autoscaler.io/target-kv-cache: Input should be greater than 0",
+            id="kv-zero",
+        ),
+    ],
+)  # fmt: skip
+def test_check_rejects(tmp_path, capsys, components, expected):
+    path = manifest(tmp_path, *components)
+    assert main(["check", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert f"{path}: {expected}" in out
+
+
+def test_check_accepts_a_consistent_pd_deployment(tmp_path, capsys):
+    path = manifest(tmp_path, *pd())
+    assert main(["check", str(path)]) == 0
+    assert capsys.readouterr().out == ""
+
+
+def test_check_reports_unreadable_files_and_bad_yaml(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("kind: [unclosed")
+    assert main(["check", str(bad), str(tmp_path / "missing.yaml")]) == 1
+    out = capsys.readouterr().out
+    assert "not valid YAML" in out
+    assert "cannot read" in out
+
+
+def test_shipped_examples_pass_check_through_the_console_script():
+    assert EXAMPLES, "examples/ must ship at least one manifest"
+    result = subprocess.run(
+        [sys.executable, "-m", "autoscaler.cli", "check", *map(str, EXAMPLES)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "2 opted-in LeaderWorkerSet(s)" in result.stderr
+
+
+def test_shipped_examples_are_valid_leaderworkersets():
+    crd = yaml.safe_load(
+        shared_data_path("crds", "leaderworkerset.x-k8s.io_leaderworkersets.yaml").read_text()
+    )
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    for path in EXAMPLES:
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc and doc.get("kind") == "LeaderWorkerSet":
+                jsonschema.validate(doc, schema)

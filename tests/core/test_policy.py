@@ -1,0 +1,152 @@
+"""Policy annotations (DESIGN section 5): defaults, durations, ratios and precise errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from autoscaler.core.model import Component, ComponentKey
+from autoscaler.core.policy import (
+    ANNOTATIONS,
+    PREFIX,
+    PolicyError,
+    parse_duration,
+    parse_policy,
+    parse_ratio_band,
+    validate_deployment,
+)
+
+
+def annotations(**fields: str) -> dict[str, str]:
+    out = {PREFIX + "enabled": "true"}
+    out.update({PREFIX + k.replace("_", "-"): v for k, v in fields.items()})
+    return out
+
+
+def test_defaults_match_the_design_table():
+    p = parse_policy(annotations(), lws_name="llm")
+    assert p.deployment_name("llm") == "llm"
+    assert p.component is Component.UNIFIED
+    assert (p.min_replicas, p.max_replicas) == (1, 10)
+    assert (p.target_waiting, p.target_kv_cache) == (4.0, 0.8)
+    assert p.capacity_per_replica is None
+    assert p.forecast is True
+    assert p.lead_time_s == 300
+    assert (p.min_buffer, p.max_buffer) == (0, 2)
+    assert p.scale_down_window_s == 300
+    assert p.max_scale_up == 2
+    assert p.gang_timeout_s == 600
+    assert p.prefill_decode_ratio is None
+    assert p.dry_run is False
+
+
+def test_every_design_annotation_is_known():
+    expected = {
+        "enabled", "deployment", "component", "min-replicas", "max-replicas", "target-waiting",
+        "target-kv-cache", "capacity-per-replica", "forecast", "lead-time", "min-buffer",
+        "max-buffer", "scale-down-window", "max-scale-up", "gang-timeout",
+        "prefill-decode-ratio", "dry-run",
+    }  # fmt: skip
+    assert {a.removeprefix(PREFIX) for a in ANNOTATIONS} == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("90s", 90), ("5m", 300), ("1h30m", 5400), ("500ms", 0.5), ("0", 0), ("1.5h", 5400)],
+)
+def test_go_durations(text, seconds):
+    assert parse_duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["5", "5 m", "m5", "", "5d", "-5s", "1h-3m"])
+def test_bad_durations(text):
+    with pytest.raises(ValueError):
+        parse_duration(text)
+
+
+def test_ratio_band_is_prefill_per_decode():
+    band = parse_ratio_band("1:2-1:4")
+    assert (band.low, band.high) == (0.25, 0.5)
+    assert band.contains(1, 3)
+    assert not band.contains(1, 5)
+    assert not band.contains(1, 0)
+
+
+@pytest.mark.parametrize(
+    ("fields", "annotation", "fragment"),
+    [
+        pytest.param({"bogus": "1"}, "bogus", "unknown annotation", id="unknown-key"),
+        pytest.param({"min_replicas": "two"}, "min-replicas", "valid integer", id="non-numeric"),
+        pytest.param(
+            {"min_replicas": "5", "max_replicas": "2"},
+            "min-replicas",
+            "greater than",
+            id="min-over-max",
+        ),
+        pytest.param({"lead_time": "5"}, "lead-time", "not a duration", id="duration-no-unit"),
+        pytest.param({"target_kv_cache": "0"}, "target-kv-cache", "greater than 0", id="kv-zero"),
+        pytest.param({"target_kv_cache": "1.2"}, "target-kv-cache", "less than", id="kv-over-1"),
+        pytest.param({"target_waiting": "NaN"}, "target-waiting", "finite", id="nan"),
+        pytest.param(
+            {"prefill_decode_ratio": "1:2"}, "prefill-decode-ratio", "unified", id="ratio-unified"
+        ),
+        pytest.param(
+            {"component": "prefill", "prefill_decode_ratio": "2"},
+            "prefill-decode-ratio",
+            "not a ratio",
+            id="ratio-garbage",
+        ),
+        pytest.param({"component": "encoder"}, "component", "prefill", id="bad-component"),
+        pytest.param({"forecast": "maybe"}, "forecast", "boolean", id="bad-bool"),
+        pytest.param(
+            {"min_buffer": "3", "max_buffer": "1"}, "min-buffer", "greater than", id="buffer"
+        ),
+    ],
+)
+def test_each_bad_annotation_is_one_precise_problem(fields, annotation, fragment):
+    with pytest.raises(PolicyError) as caught:
+        parse_policy(annotations(**fields), lws_name="llm")
+    problems = caught.value.problems
+    assert len(problems) == 1
+    assert problems[0].annotation == PREFIX + annotation
+    assert fragment in problems[0].message
+
+
+def test_several_bad_annotations_give_several_problems():
+    with pytest.raises(PolicyError) as caught:
+        parse_policy(annotations(min_replicas="x", lead_time="soon"), lws_name="llm")
+    assert {p.annotation for p in caught.value.problems} == {
+        PREFIX + "min-replicas",
+        PREFIX + "lead-time",
+    }
+
+
+def pd(prefill_ratio: str | None, decode_ratio: str | None):
+    p = {"deployment": "chat", "component": "prefill"}
+    d = {"deployment": "chat", "component": "decode"}
+    if prefill_ratio:
+        p["prefill_decode_ratio"] = prefill_ratio
+    if decode_ratio:
+        d["prefill_decode_ratio"] = decode_ratio
+    return {
+        ComponentKey("ns", "p"): parse_policy(annotations(**p), lws_name="p"),
+        ComponentKey("ns", "d"): parse_policy(annotations(**d), lws_name="d"),
+    }
+
+
+def test_components_agreeing_on_the_ratio_pass():
+    assert validate_deployment(pd("1:2-1:4", "1:2-1:4")) == {}
+
+
+@pytest.mark.parametrize(
+    ("prefill", "decode"), [("1:2-1:4", "1:1-1:3"), ("1:2", None)], ids=["differ", "one-sided"]
+)
+def test_components_disagreeing_on_the_ratio_are_rejected(prefill, decode):
+    problems = validate_deployment(pd(prefill, decode))
+    assert set(problems) == {ComponentKey("ns", "p"), ComponentKey("ns", "d")}
+    assert all("disagree" in p.message for ps in problems.values() for p in ps)
+
+
+def test_prefill_without_decode_is_rejected():
+    only = {k: v for k, v in pd(None, None).items() if k.lws == "p"}
+    problems = validate_deployment(only)
+    assert "no decode component" in problems[ComponentKey("ns", "p")][0].message

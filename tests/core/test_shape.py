@@ -1,0 +1,64 @@
+"""Gang shape from real LWS manifests and Kubernetes quantities."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from autoscaler.core.shape import QuantityError, gang_shape_from_lws, parse_quantity
+from tests.harness.shared_data import shared_data_path
+
+GIB = 2**30
+
+
+@pytest.mark.parametrize(
+    ("resource", "text", "value"),
+    [
+        ("cpu", "125", 125_000),
+        ("cpu", "500m", 500),
+        ("cpu", "0.25", 250),
+        ("memory", "1124Gi", 1124 * GIB),
+        ("memory", "1G", 10**9),
+        ("memory", "1e3", 1000),
+        ("nvidia.com/gpu", "8", 8),
+    ],
+)
+def test_quantities(resource, text, value):
+    assert parse_quantity(resource, text) == value
+
+
+@pytest.mark.parametrize("text", ["8 GPUs", "1.2.3", "-1", "Gi"])
+def test_bad_quantities(text):
+    with pytest.raises(QuantityError):
+        parse_quantity("memory", text)
+
+
+def load(name: str) -> dict:
+    with open(shared_data_path("examples", name)) as fh:
+        return next(d for d in yaml.safe_load_all(fh) if d and d["kind"] == "LeaderWorkerSet")
+
+
+def test_vllm_guide_lws_shape():
+    shape = gang_shape_from_lws(load("vllm_docs_deployment_frameworks_lws.yaml"))
+    assert shape.pods_per_gang == 2
+    assert shape.total("nvidia.com/gpu") == 16
+    # requests omitted for GPUs and memory default to the limits, as Kubernetes does
+    assert shape.leader.requests["memory"] == 1124 * GIB
+    assert shape.leader.requests["cpu"] == 125_000
+    assert shape.worker.requests["ephemeral-storage"] == 800 * GIB
+    assert shape.topology_key is None
+
+
+def test_exclusive_topology_annotation_sets_the_topology_key():
+    lws = load("vllm_docs_deployment_frameworks_lws.yaml")
+    lws["metadata"]["annotations"] = {
+        "leaderworkerset.sigs.k8s.io/exclusive-topology": "cloud.google.com/gke-nodepool"
+    }
+    assert gang_shape_from_lws(lws).topology_key == "cloud.google.com/gke-nodepool"
+
+
+def test_leader_template_defaults_to_the_worker_template():
+    lws = load("lws_docs_examples_vllm_GPU_lws.yaml")
+    lws["spec"]["leaderWorkerTemplate"].pop("leaderTemplate", None)
+    shape = gang_shape_from_lws(lws)
+    assert shape.leader == shape.worker
