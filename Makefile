@@ -3,7 +3,7 @@
 PYTHON ?= python3
 export OPENBLAS_NUM_THREADS ?= 1
 
-.PHONY: test install install-system install-python lint simulate
+.PHONY: test install install-system install-python install-runtime lint simulate
 
 test: install lint
 	$(PYTHON) -m pytest -q
@@ -18,11 +18,14 @@ install-system:
 install-python:
 	$(PYTHON) -m pip install -q --disable-pip-version-check -e '.[dev]'
 
+install-runtime:
+	$(PYTHON) -m pip install -q --disable-pip-version-check -e .
+
 lint:
 	$(PYTHON) -m ruff check .
 	$(PYTHON) -m ruff format --check .
 	$(PYTHON) -m mypy autoscaler forecasting
-	lint-imports
+	$(PYTHON) -c "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())"
 
-simulate:
-	gang-autoscaler simulate
+simulate: install-runtime
+	$(PYTHON) -m autoscaler.cli simulate
