@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 # Each entry is a module under autoscaler.commands exposing add_parser(subparsers).
-COMMANDS: tuple[str, ...] = ("check", "run", "backtest")
+COMMANDS: tuple[str, ...] = ("check", "run", "backtest", "simulate")
 
 
 def build_parser() -> argparse.ArgumentParser:

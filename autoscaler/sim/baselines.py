@@ -62,15 +62,18 @@ class ReactiveController:
         self,
         initial: Mapping[str, int],
         *,
-        target_waiting: float,
+        target_waiting: Mapping[str, float],
         target_kv_usage: float,
         max_gangs: Mapping[str, int],
     ) -> None:
         self.initial = dict(initial)
-        self.target_waiting = target_waiting
+        self.target_waiting = dict(target_waiting)
         self.target_kv_usage = target_kv_usage
         self.max_gangs = dict(max_gangs)
-        self.recommendations: dict[str, list[tuple[float, int]]] = {c: [] for c in initial}
+        # steady state at t=0: the HPA has been recommending the initial gangs
+        self.recommendations: dict[str, list[tuple[float, int]]] = {
+            c: [(0.0, n)] for c, n in initial.items()
+        }
 
     def initial_gangs(self) -> Mapping[str, int]:
         return self.initial
@@ -88,7 +91,7 @@ class ReactiveController:
         if ready > 0:
             metrics = []
             if signals.waiting_requests is not None:
-                metrics.append(signals.waiting_requests / ready / self.target_waiting)
+                metrics.append(signals.waiting_requests / ready / self.target_waiting[name])
             if signals.kv_usage_fraction is not None:
                 metrics.append(signals.kv_usage_fraction / self.target_kv_usage)
             for ratio in metrics:

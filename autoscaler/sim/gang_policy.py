@@ -15,7 +15,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from autoscaler.core.decision import plan
-from autoscaler.core.gang_plan import GangPlan, Memory
+from autoscaler.core.gang_plan import ComponentMemory, GangPlan, Memory
 from autoscaler.core.model import (
     ClusterObservation,
     ComponentKey,
@@ -36,7 +36,9 @@ GPU = "nvidia.com/gpu"
 LONG_TRACE_S = 86_400.0
 
 
-def default_annotations(settings: SimSettings, component: str, *, max_gangs: int) -> dict[str, str]:
+def default_annotations(
+    settings: SimSettings, component: str, *, max_gangs: int, target_waiting: float
+) -> dict[str, str]:
     """The annotations the simulated LWS of `component` carries for `gang`.
 
     Capacity per gang is a share (`target_utilization`) of what one gang measurably serves,
@@ -58,6 +60,7 @@ def default_annotations(settings: SimSettings, component: str, *, max_gangs: int
         "component": component,
         "min-replicas": "1",
         "max-replicas": str(max_gangs),
+        "target-waiting": f"{target_waiting:g}",
         "capacity-per-replica": f"{capacity:g}",
         "lead-time": f"{lead_s:g}s",
         "max-buffer": "2",
@@ -77,6 +80,7 @@ class GangController:
         initial: Mapping[str, int],
         *,
         max_gangs: Mapping[str, int],
+        target_waiting: Mapping[str, float],
         duration_s: float,
     ) -> None:
         self.settings = settings
@@ -84,7 +88,10 @@ class GangController:
         self.keys = {c: ComponentKey(NAMESPACE, f"model-{c}") for c in initial}
         self.policies: dict[ComponentKey, Policy] = {
             key: parse_policy(
-                default_annotations(settings, c, max_gangs=max_gangs[c]), lws_name=key.lws
+                default_annotations(
+                    settings, c, max_gangs=max_gangs[c], target_waiting=target_waiting[c]
+                ),
+                lws_name=key.lws,
             )
             for c, key in self.keys.items()
         }
@@ -97,7 +104,14 @@ class GangController:
         self.forecasters = {c: make_forecaster(step_s=resolution_s) for c in initial}
         self.seen_steps = {c: 0 for c in initial}
         self.last_fit_s: float | None = None
-        self.memory = Memory()
+        # steady state at t=0: the loop has been holding the initial gangs (as the service
+        # would after running for a while), so the scale-down window starts full
+        self.memory = Memory(
+            components={
+                key: ComponentMemory(proposals=((0.0, self.initial[c]),))
+                for c, key in self.keys.items()
+            }
+        )
         self.last_plan: GangPlan | None = None
 
     def initial_gangs(self) -> Mapping[str, int]:

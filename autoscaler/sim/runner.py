@@ -21,6 +21,7 @@ from autoscaler.sim.workload import Workload, load_servegen, load_trace, scale_r
 
 POLICIES = ("gang", "reactive", "static", "oracle")
 PEAK_WINDOW_S = 60.0
+DEFAULT_TARGET_WAITING = 4.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +93,24 @@ def with_quota(workload: Workload, settings: SimSettings) -> SimSettings:
     return settings.model_copy(update={"cluster": cluster})
 
 
+def target_waiting(workload: Workload, settings: SimSettings) -> dict[str, float]:
+    """Waiting requests per ready gang that both gang and reactive aim for.
+
+    A prefill (or unified) gang with W requests queued, of the trace's mean prompt length,
+    clears them in W * mean_prompt / prefill_tokens_per_s; the target keeps that at half the
+    TTFT objective (the annotation default of 4 suits a small unified model, not a prefill
+    gang that finishes tens of prompts a second). Decode keeps the default: any request
+    waiting for a decode slot is already late.
+    """
+    mean_prompt = float(workload.prompt_tokens().sum() / workload.total_requests)
+    per_gang = settings.serving.prefill_tokens_per_s(settings.cluster.pods_per_gang)
+    prefill = max(DEFAULT_TARGET_WAITING, per_gang * settings.slo_ttft_s / 2 / mean_prompt)
+    prefill = float(round(prefill))
+    if settings.mode == "unified":
+        return {"unified": prefill}
+    return {"prefill": prefill, "decode": DEFAULT_TARGET_WAITING}
+
+
 def build_controllers(
     workload: Workload, settings: SimSettings, policies: Sequence[str]
 ) -> list[Controller]:
@@ -106,6 +125,7 @@ def build_controllers(
     max_gangs = {
         c: max(math.ceil(settings.max_gangs_factor * r.max()), 1) for c, r in requirement.items()
     }
+    waiting = target_waiting(workload, settings)
     controllers: list[Controller] = []
     for name in policies:
         if name == "gang":
@@ -113,14 +133,18 @@ def build_controllers(
 
             controllers.append(
                 GangController(
-                    settings, initial, max_gangs=max_gangs, duration_s=workload.duration_s
+                    settings,
+                    initial,
+                    max_gangs=max_gangs,
+                    target_waiting=waiting,
+                    duration_s=workload.duration_s,
                 )
             )
         elif name == "reactive":
             controllers.append(
                 ReactiveController(
                     initial,
-                    target_waiting=4.0,
+                    target_waiting=waiting,
                     target_kv_usage=0.8,
                     max_gangs=max_gangs,
                 )

@@ -20,7 +20,7 @@ from numpy.typing import ArrayLike
 from autoscaler.sim.errors import TraceError
 
 BUILTIN_TRACE = "builtin"
-BUILTIN_PATH = Path(__file__).resolve().parent / "data" / "azure2023_conv_1s_first30min.csv.gz"
+BUILTIN_PATH = Path(__file__).resolve().parent / "data" / "azure2023_conv_1s.csv.gz"
 
 # Shared trace names -> file names under the shared traces directory.
 SHARED_TRACES: dict[str, str] = {

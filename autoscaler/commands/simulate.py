@@ -1,0 +1,140 @@
+"""`gang-autoscaler simulate`: replay a trace through the simulated cluster with every policy.
+
+Only wiring: the simulator lives in `autoscaler.sim`. Prints the comparison table; `--json`
+writes the DESIGN.md section 8 document and `--report DIR` the CSV, plots and report.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from autoscaler.core.policy import parse_duration
+from autoscaler.sim.config import load_settings
+from autoscaler.sim.errors import SimulationError
+from autoscaler.sim.report import table, write_json, write_report
+from autoscaler.sim.runner import POLICIES, compare, load_workload
+from autoscaler.sim.workload import BUILTIN_TRACE, SHARED_TRACES, resolve_trace
+
+EXIT_BAD_INPUT = 2
+TRACES_ENV = "GANG_AUTOSCALER_TRACES"
+
+
+def default_traces_dir() -> Path:
+    """$GANG_AUTOSCALER_TRACES, else `shared/data/traces` beside the repository checkout."""
+    if os.environ.get(TRACES_ENV):
+        return Path(os.environ[TRACES_ENV])
+    return Path(__file__).resolve().parents[2].parent / "shared" / "data" / "traces"
+
+
+def _duration_s(text: str) -> float:
+    try:
+        seconds = parse_duration(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from err
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be longer than zero")
+    return seconds
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from err
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be positive")
+    return value
+
+
+def add_parser(subparsers: Any) -> None:
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "simulate",
+        help="replay a trace against a simulated cluster and compare policies",
+        description="Replay a request trace through a simulated GPU cluster with the real "
+        "decision core (gang) and the alternatives (reactive HPA, static peak sizing, a "
+        "clairvoyant oracle); print SLO attainment, GPU-hours, partial-gang GPU-hours, scale "
+        "events and p99 TTFT for each.",
+    )
+    parser.add_argument(
+        "--trace",
+        default=BUILTIN_TRACE,
+        metavar="NAME|PATH",
+        help=f"a trace file or a shared trace name ({', '.join(SHARED_TRACES)}); "
+        f"default: {BUILTIN_TRACE}, shipped with the package",
+    )
+    parser.add_argument(
+        "--policy",
+        default="all",
+        choices=[*POLICIES, "all"],
+        help="which policy to run (default all)",
+    )
+    parser.add_argument("--json", type=Path, metavar="FILE", help="write the JSON results here")
+    parser.add_argument(
+        "--report", type=Path, metavar="DIR", help="write CSV, PNG plots and report.md here"
+    )
+    parser.add_argument(
+        "--config", type=Path, metavar="FILE", help="YAML overriding simulator settings"
+    )
+    parser.add_argument(
+        "--scale",
+        type=_positive,
+        default=None,
+        help="traffic multiplier (default: size the trace's busiest minute to "
+        "target_peak_gangs prefill gangs)",
+    )
+    parser.add_argument("--seed", type=int, default=None, help="random seed (default 0)")
+    parser.add_argument("--mode", choices=["pd", "unified"], default=None, help="default pd")
+    parser.add_argument("--step", type=_duration_s, default=None, help="simulation step (5s)")
+    parser.add_argument(
+        "--duration", type=_duration_s, default=None, help="replay only this much of the trace"
+    )
+    parser.add_argument(
+        "--traces-dir",
+        type=Path,
+        default=None,
+        help=f"directory of the shared traces (default ${TRACES_ENV} or ../shared/data/traces)",
+    )
+    progress = parser.add_mutually_exclusive_group()
+    progress.add_argument(
+        "--progress", dest="progress", action="store_true", default=None, help="progress bar"
+    )
+    progress.add_argument("--no-progress", dest="progress", action="store_false")
+    parser.set_defaults(func=_simulate)
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    try:
+        settings = load_settings(args.config, seed=args.seed, mode=args.mode, step_s=args.step)
+        path = resolve_trace(args.trace, traces_dir=args.traces_dir or default_traces_dir())
+        name = args.trace if args.trace in (BUILTIN_TRACE, *SHARED_TRACES) else path.name
+        workload, scale = load_workload(path, settings, scale=args.scale, name=name)
+        if args.duration is not None:
+            workload = workload.slice(0.0, args.duration)
+        policies = POLICIES if args.policy == "all" else (args.policy,)
+        comparison = compare(
+            workload,
+            settings,
+            policies=policies,
+            trace=name,
+            scale=scale,
+            progress=args.progress,
+        )
+    except SimulationError as err:
+        print(f"gang-autoscaler simulate: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    print(
+        f"trace {name}: {workload.total_requests:,.0f} requests over "
+        f"{workload.duration_s / 3600:.2f} h, traffic x{scale:.3g}, SLO TTFT <= "
+        f"{settings.slo_ttft_s:g} s"
+    )
+    print(table(comparison))
+    if args.json is not None:
+        write_json(comparison, args.json)
+    if args.report is not None:
+        for written in write_report(comparison, args.report):
+            print(f"wrote {written}", file=sys.stderr)
+    return 0
