@@ -18,11 +18,11 @@ from __future__ import annotations
 import collections
 import math
 import warnings
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy.stats import norm
 from statsmodels.tsa.holtwinters import ExponentialSmoothing
 
 from forecasting.errors import FitFailed, FlatSeries
@@ -37,7 +37,7 @@ class HoltWinters(GridForecaster):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self._z = float(norm.ppf(self.quantile))
+        self._z = NormalDist().inv_cdf(self.quantile)
         self._level = math.nan
         self._season: collections.deque[float] = collections.deque()
         self._alpha = math.nan

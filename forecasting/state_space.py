@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import math
 import warnings
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
-from scipy.stats import norm
 from statsmodels.tsa.statespace.structural import UnobservedComponents
 
 from forecasting.errors import FitFailed, FlatSeries
@@ -40,7 +40,7 @@ class DailyStateSpace(GridForecaster):
             raise ValueError(f"harmonics must be >= 1, got {harmonics}")
         self.harmonics = harmonics
         self._results: Any = None
-        self._z = float(norm.ppf(self.quantile))
+        self._z = NormalDist().inv_cdf(self.quantile)
 
     def _fit_windows(self, values: FloatArray) -> None:
         self._results = None
