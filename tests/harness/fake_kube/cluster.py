@@ -395,8 +395,11 @@ class Cluster:
                 group="autoscaling",
             )
         _set_path(current, rtype.scale.spec_replicas, replicas)
-        self.replace(rtype, namespace, name, current)
-        return self.get_scale(rtype, namespace, name)
+        self.replace(rtype, namespace, name, current, reconcile=False)
+        # The answer shows the status as the write left it: controllers react afterwards.
+        scale = self.get_scale(rtype, namespace, name)
+        self.after_write()
+        return scale
 
     def patch_scale(
         self,

@@ -147,11 +147,19 @@ def reconcile_leaderworkersets(cluster: Cluster) -> None:
 
 
 def _owned_pods(cluster: Cluster, lws: Obj) -> dict[str, Obj]:
+    """The group pods this controller made: owned by the LWS and carrying its group labels.
+
+    Other pods owned by the LWS (balloon pods, say) are left alone, as the real controller,
+    which only manages its StatefulSets' pods, leaves them.
+    """
     uid = lws["metadata"]["uid"]
+    name = lws["metadata"]["name"]
     return {
         pod["metadata"]["name"]: pod
         for pod in cluster.store.items("/pods", lws["metadata"]["namespace"])
         if any(ref.get("uid") == uid for ref in pod["metadata"].get("ownerReferences") or [])
+        and (pod["metadata"].get("labels") or {}).get(NAME_LABEL) == name
+        and GROUP_INDEX_LABEL in (pod["metadata"].get("labels") or {})
     }
 
 

@@ -277,6 +277,7 @@ def _score(requests: dict[str, Decimal], node: NodeState) -> Decimal:
 
 
 def schedule_pending_pods(cluster: Cluster) -> None:
+    _start_prebound_pods(cluster)
     pending = [
         pod
         for pod in cluster.store.items("/pods")
@@ -375,7 +376,7 @@ def _preempt(cluster: Cluster, preemptor: Obj, node_name: str, victims: list[Obj
 
     pods = cluster.rtype("", "pods")
     preemptor_meta = preemptor["metadata"]
-    for victim in victims:
+    for victim in sorted(victims, key=pod_priority):
         record_event(
             cluster,
             regarding=victim,
@@ -397,6 +398,33 @@ def _preempt(cluster: Cluster, preemptor: Obj, node_name: str, victims: list[Obj
 
 
 _ip_counter = itertools.count(1)
+
+
+def _start_prebound_pods(cluster: Cluster) -> None:
+    """Pods created with `spec.nodeName` skip the scheduler; the node's kubelet admits them."""
+    snapshot = Snapshot.take(cluster)
+    for pod in cluster.store.items("/pods"):
+        node_name = (pod.get("spec") or {}).get("nodeName")
+        status = pod.get("status") or {}
+        if not node_name or status.get("phase") != "Pending" or status.get("conditions"):
+            continue
+        node = snapshot.nodes.get(node_name)
+        if node is None:
+            continue  # no kubelet answers for a node that does not exist
+        others = [p for p in node.pods if p["metadata"]["uid"] != pod["metadata"]["uid"]]
+        short = _insufficient(pod_requests(pod), NodeState(node.node, others).free())
+        if short:
+            failed = copy.deepcopy(pod)
+            failed["status"].update(
+                {
+                    "phase": "Failed",
+                    "reason": f"OutOf{short[0]}",
+                    "message": f"Pod was rejected: Node didn't have enough resource: {short[0]}",
+                }
+            )
+            cluster.write_internal(cluster.rtype("", "pods"), failed)
+            continue
+        _bind(cluster, pod, node_name)
 
 
 def _bind(cluster: Cluster, pod: Obj, node_name: str) -> None:

@@ -1,0 +1,284 @@
+"""LeaderWorkerSet as a custom resource: schema admission, /scale, /status, pods, GC."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from tests.harness.fake_kube import FakeKube
+from tests.harness.fake_kube_tests.conftest import GROUP, PLURAL, VERSION, lws_manifest
+
+MERGE = "application/merge-patch+json"
+NAME = "leaderworkerset.sigs.k8s.io/name"
+GROUP_INDEX = "leaderworkerset.sigs.k8s.io/group-index"
+WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
+
+
+async def create_lws(custom: client.CustomObjectsApi, manifest: dict) -> dict:
+    return await custom.create_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, manifest)
+
+
+async def test_lws_pods_are_replicas_times_size_with_lws_names_and_labels(
+    kube: FakeKube, custom: client.CustomObjectsApi, core: client.CoreV1Api
+) -> None:
+    await create_lws(custom, lws_manifest("decode", replicas=3, size=4, gpus=1, leader_gpus=2))
+    pods = (await core.list_namespaced_pod("default", label_selector=f"{NAME}=decode")).items
+    assert sorted(p.metadata.name for p in pods) == sorted(
+        [f"decode-{g}" for g in range(3)]
+        + [f"decode-{g}-{w}" for g in range(3) for w in range(1, 4)]
+    )
+    by_name = {p.metadata.name: p for p in pods}
+    leader, worker = by_name["decode-2"], by_name["decode-2-3"]
+    assert leader.metadata.labels[GROUP_INDEX] == "2"
+    assert leader.metadata.labels[WORKER_INDEX] == "0"
+    assert worker.metadata.labels[WORKER_INDEX] == "3"
+    assert (
+        worker.metadata.labels["leaderworkerset.sigs.k8s.io/group-key"]
+        == (leader.metadata.labels["leaderworkerset.sigs.k8s.io/group-key"])
+    )
+    assert leader.metadata.annotations["leaderworkerset.sigs.k8s.io/size"] == "4"
+    assert worker.metadata.annotations["leaderworkerset.sigs.k8s.io/leader-name"] == "decode-2"
+    assert "leaderworkerset.sigs.k8s.io/leader-name" not in leader.metadata.annotations
+    # The leader uses leaderTemplate, workers the workerTemplate.
+    assert leader.spec.containers[0].resources.limits["nvidia.com/gpu"] == "2"
+    assert worker.spec.containers[0].resources.limits["nvidia.com/gpu"] == "1"
+    assert leader.metadata.labels["role"] == "leader"
+    ref = leader.metadata.owner_references[0]
+    assert (ref.kind, ref.name, ref.controller) == ("LeaderWorkerSet", "decode", True)
+
+
+async def test_scale_round_trip_through_custom_objects_api(
+    kube: FakeKube, custom: client.CustomObjectsApi, core: client.CoreV1Api
+) -> None:
+    kube.add_node("cpu-0")
+    await create_lws(custom, lws_manifest("prefill", replicas=1, size=2, gpus=0))
+    scale = await custom.get_namespaced_custom_object_scale(
+        GROUP, VERSION, "default", PLURAL, "prefill"
+    )
+    assert scale["kind"] == "Scale" and scale["apiVersion"] == "autoscaling/v1"
+    assert scale["spec"]["replicas"] == 1
+    assert scale["status"] == {
+        "replicas": 1,
+        "selector": f"{NAME}=prefill,{WORKER_INDEX}=0",
+    }
+    patched = await custom.patch_namespaced_custom_object_scale(
+        GROUP,
+        VERSION,
+        "default",
+        PLURAL,
+        "prefill",
+        {"spec": {"replicas": 3}},
+        _content_type=MERGE,
+    )
+    assert patched["spec"]["replicas"] == 3
+    # The answer predates the controller's reaction, as on a real server.
+    assert patched["status"]["replicas"] == 1
+    lws = await custom.get_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, "prefill")
+    assert lws["spec"]["replicas"] == 3
+    assert lws["metadata"]["generation"] == 2
+    assert lws["status"]["replicas"] == 3
+    assert lws["status"]["readyReplicas"] == 3
+    leaders = await core.list_namespaced_pod("default", label_selector=scale["status"]["selector"])
+    assert sorted(p.metadata.name for p in leaders.items) == ["prefill-0", "prefill-1", "prefill-2"]
+    assert (
+        "PATCH",
+        "/apis/leaderworkerset.x-k8s.io/v1/namespaces/default/leaderworkersets/prefill/scale",
+        MERGE,
+    ) in kube.requests("PATCH")
+
+
+async def test_scale_down_removes_the_highest_groups(
+    kube: FakeKube, custom: client.CustomObjectsApi, core: client.CoreV1Api
+) -> None:
+    await create_lws(custom, lws_manifest("d", replicas=4, size=2, gpus=0))
+    await custom.replace_namespaced_custom_object_scale(
+        GROUP,
+        VERSION,
+        "default",
+        PLURAL,
+        "d",
+        {
+            "apiVersion": "autoscaling/v1",
+            "kind": "Scale",
+            "metadata": {"name": "d", "namespace": "default"},
+            "spec": {"replicas": 2},
+        },
+    )
+    pods = await core.list_namespaced_pod("default")
+    assert sorted(p.metadata.name for p in pods.items) == ["d-0", "d-0-1", "d-1", "d-1-1"]
+
+
+async def test_default_json_patch_of_scale_with_a_dict_is_rejected(
+    custom: client.CustomObjectsApi,
+) -> None:
+    # kubernetes-asyncio picks application/json-patch+json for /scale unless told otherwise;
+    # a real server refuses an object body for a JSON patch.
+    await create_lws(custom, lws_manifest("p", replicas=1, gpus=0))
+    with pytest.raises(ApiException) as caught:
+        await custom.patch_namespaced_custom_object_scale(
+            GROUP, VERSION, "default", PLURAL, "p", {"spec": {"replicas": 2}}
+        )
+    assert caught.value.status == 400
+
+
+async def test_stale_scale_write_is_409(custom: client.CustomObjectsApi) -> None:
+    await create_lws(custom, lws_manifest("p", replicas=1, gpus=0))
+    scale = await custom.get_namespaced_custom_object_scale(GROUP, VERSION, "default", PLURAL, "p")
+    await custom.patch_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        "default",
+        PLURAL,
+        "p",
+        {"metadata": {"labels": {"x": "y"}}},
+        _content_type=MERGE,
+    )
+    scale["spec"]["replicas"] = 5
+    with pytest.raises(ApiException) as caught:
+        await custom.replace_namespaced_custom_object_scale(
+            GROUP, VERSION, "default", PLURAL, "p", scale
+        )
+    assert caught.value.status == 409
+
+
+async def test_strategic_merge_patch_on_a_custom_resource_is_415(
+    custom: client.CustomObjectsApi,
+) -> None:
+    await create_lws(custom, lws_manifest("p", replicas=1, gpus=0))
+    with pytest.raises(ApiException) as caught:
+        await custom.patch_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            "default",
+            PLURAL,
+            "p",
+            {"spec": {"replicas": 2}},
+            _content_type="application/strategic-merge-patch+json",
+        )
+    assert caught.value.status == 415
+
+
+@pytest.mark.parametrize(
+    ("mutate", "field"),
+    [
+        pytest.param(
+            lambda m: m["spec"].update(replicas=-1), "spec.replicas", id="negative-replicas"
+        ),
+        pytest.param(
+            lambda m: m["spec"]["leaderWorkerTemplate"].pop("workerTemplate"),
+            "spec.leaderWorkerTemplate",
+            id="missing-worker-template",
+        ),
+        pytest.param(
+            lambda m: m["spec"].update(startupPolicy="Eventually"),
+            "spec.startupPolicy",
+            id="unknown-startup-policy",
+        ),
+        pytest.param(
+            lambda m: m["spec"]["leaderWorkerTemplate"].update(size="two"),
+            "spec.leaderWorkerTemplate.size",
+            id="size-not-an-integer",
+        ),
+    ],
+)
+async def test_invalid_lws_is_422_naming_the_field(
+    custom: client.CustomObjectsApi, mutate, field: str
+) -> None:
+    manifest = lws_manifest("bad")
+    mutate(manifest)
+    with pytest.raises(ApiException) as caught:
+        await create_lws(custom, manifest)
+    assert caught.value.status == 422
+    status = json.loads(caught.value.body)
+    assert status["reason"] == "Invalid"
+    assert any(c["field"].startswith(field) for c in status["details"]["causes"]), status
+
+
+async def test_crd_defaults_and_pruning_are_applied(custom: client.CustomObjectsApi) -> None:
+    manifest = lws_manifest("p", gpus=0)
+    del manifest["spec"]["replicas"]
+    del manifest["spec"]["leaderWorkerTemplate"]["size"]
+    manifest["spec"]["notInSchema"] = True
+    created = await create_lws(custom, manifest)
+    assert created["spec"]["replicas"] == 1
+    assert created["spec"]["leaderWorkerTemplate"]["size"] == 1
+    assert created["spec"]["startupPolicy"] == "LeaderCreated"
+    assert "notInSchema" not in created["spec"]
+
+
+async def test_status_subresource_only_changes_status(custom: client.CustomObjectsApi) -> None:
+    await create_lws(custom, lws_manifest("p", replicas=1, gpus=0))
+    await custom.patch_namespaced_custom_object_status(
+        GROUP,
+        VERSION,
+        "default",
+        PLURAL,
+        "p",
+        {"spec": {"replicas": 7}, "status": {"hpaPodSelector": "x=y"}},
+        _content_type=MERGE,
+    )
+    lws = await custom.get_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, "p")
+    assert lws["spec"]["replicas"] == 1
+    # The emulated controller owns status and puts its selector back.
+    assert lws["status"]["hpaPodSelector"] == f"{NAME}=p,{WORKER_INDEX}=0"
+
+
+async def test_deleting_the_lws_garbage_collects_its_pods(
+    kube: FakeKube, custom: client.CustomObjectsApi, core: client.CoreV1Api
+) -> None:
+    lws = await create_lws(custom, lws_manifest("p", replicas=2, size=3, gpus=0))
+    unrelated = {
+        "metadata": {"name": "keep"},
+        "spec": {"containers": [{"name": "c", "image": "i"}]},
+    }
+    await core.create_namespaced_pod("default", unrelated)
+    balloon = {
+        "metadata": {
+            "name": "p-balloon-0-0",
+            "ownerReferences": [
+                {
+                    "apiVersion": f"{GROUP}/{VERSION}",
+                    "kind": "LeaderWorkerSet",
+                    "name": "p",
+                    "uid": lws["metadata"]["uid"],
+                }
+            ],
+        },
+        "spec": {"containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.9"}]},
+    }
+    await core.create_namespaced_pod("default", balloon)
+    assert len((await core.list_namespaced_pod("default")).items) == 8
+    await custom.delete_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, "p")
+    remaining = await core.list_namespaced_pod("default")
+    assert [p.metadata.name for p in remaining.items] == ["keep"]
+
+
+async def test_orphan_propagation_keeps_dependents(
+    kube: FakeKube, custom: client.CustomObjectsApi, core: client.CoreV1Api
+) -> None:
+    await create_lws(custom, lws_manifest("p", replicas=1, size=2, gpus=0))
+    await custom.delete_namespaced_custom_object(
+        GROUP, VERSION, "default", PLURAL, "p", propagation_policy="Orphan"
+    )
+    pods = (await core.list_namespaced_pod("default")).items
+    assert sorted(p.metadata.name for p in pods) == ["p-0", "p-0-1"]
+    assert all(not p.metadata.owner_references for p in pods)
+
+
+async def test_a_deleted_member_recreates_the_whole_group(
+    kube: FakeKube, custom: client.CustomObjectsApi, core: client.CoreV1Api
+) -> None:
+    await create_lws(custom, lws_manifest("p", replicas=2, size=2, gpus=0))
+    before = {
+        p.metadata.name: p.metadata.uid for p in (await core.list_namespaced_pod("default")).items
+    }
+    await core.delete_namespaced_pod("p-1-1", "default")
+    after = {
+        p.metadata.name: p.metadata.uid for p in (await core.list_namespaced_pod("default")).items
+    }
+    assert set(after) == set(before)
+    assert after["p-0"] == before["p-0"] and after["p-0-1"] == before["p-0-1"]
+    assert after["p-1"] != before["p-1"] and after["p-1-1"] != before["p-1-1"]
