@@ -216,6 +216,21 @@ class PrometheusServer:
         result: list[dict[str, object]] = body["data"]["result"]
         return result
 
+    def http_requests(self, handler: str) -> float:
+        """Requests Prometheus has answered on `handler` (e.g. `/api/v1/query`), from its own
+        `/metrics`: an independent count of what a client sent."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        with urllib.request.urlopen(f"{self.url}/metrics", timeout=10.0) as response:
+            text = response.read().decode()
+        return sum(
+            sample.value
+            for family in text_string_to_metric_families(text)
+            if family.name == "prometheus_http_requests"
+            for sample in family.samples
+            if sample.name.endswith("_total") and sample.labels.get("handler") == handler
+        )
+
     def wait_for_series(self, promql: str, *, count: int, timeout_s: float = 20.0) -> None:
         """Wait until `promql` returns at least `count` series (targets scraped at least once)."""
         deadline = time.monotonic() + timeout_s

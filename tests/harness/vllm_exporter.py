@@ -78,6 +78,7 @@ class _PodState:
     generation_tokens: float = 0.0
     requests: float = 0.0
     serving: bool = True
+    explicit_timestamps: bool = False  # write each sample's timestamp in the exposition
     frozen_at_s: float | None = None  # expose fixed values with this explicit timestamp
     expose_vllm: bool = True
 
@@ -86,7 +87,12 @@ class _PodState:
         v = self.values
         prompt = self.prompt_tokens + v.prompt_tokens_per_s * elapsed
         generation = self.generation_tokens + v.generation_tokens_per_s * elapsed
-        req_rate = v.prompt_tokens_per_s / v.mean_prompt_tokens if v.mean_prompt_tokens else 0.0
+        # Finished requests per second, from whichever token rate the pod serves (a decode
+        # pod of a PD pair processes no prompt tokens).
+        if v.prompt_tokens_per_s > 0:
+            req_rate = v.prompt_tokens_per_s / v.mean_prompt_tokens
+        else:
+            req_rate = v.generation_tokens_per_s / v.mean_generation_tokens
         return prompt, generation, self.requests + req_rate * elapsed
 
     def waiting_at(self, now_s: float) -> float:
@@ -121,9 +127,7 @@ def render_pod(state: _PodState, now_s: float) -> str:
         return ""
     if state.frozen_at_s is not None:
         now_s = state.frozen_at_s
-        suffix = f" {int(state.frozen_at_s * 1000)}"
-    else:
-        suffix = ""
+    suffix = f" {int(now_s * 1000)}" if state.explicit_timestamps else ""
     v = state.values
     engines = [str(i) for i in range(state.engines)] if state.engines else [None]
     share = 1.0 / len(engines)  # sums split over data-parallel engines, as vLLM V1 reports
@@ -232,8 +236,13 @@ class VllmExporter:
         model_name: str = "meta-llama/Llama-3.1-70B-Instruct",
         values: PodValues | None = None,
         workers_expose_vllm: bool = False,
+        explicit_timestamps: bool = False,
     ) -> list[str]:
-        """Add one LWS with `gangs` groups; return its leader pod names."""
+        """Add one LWS with `gangs` groups; return its leader pod names.
+
+        `explicit_timestamps` writes sample timestamps into the exposition (as some exporters
+        and federation do); only such pods can be `freeze`-d.
+        """
         leaders = []
         with self._lock:
             for group in range(gangs):
@@ -252,6 +261,7 @@ class VllmExporter:
                         kv_metric=kv_metric,
                         values=values or PodValues(),
                         expose_vllm=worker == 0 or workers_expose_vllm,
+                        explicit_timestamps=explicit_timestamps,
                     )
                 leaders.append(leader_name(lws, group))
         return leaders
@@ -274,7 +284,7 @@ class VllmExporter:
             now_s = time.time()
             state.prompt_tokens, state.generation_tokens, state.requests = state.counters_at(now_s)
             waiting = state.waiting_at(now_s)
-            state.values = replace(state.values, waiting=waiting, **changes)
+            state.values = replace(state.values, **{"waiting": waiting, **changes})
             state.since_s = now_s
 
     def set_lws(self, *, namespace: str, lws: str, **changes: float) -> None:
@@ -290,14 +300,19 @@ class VllmExporter:
             self._pods[(namespace, pod)].serving = serving
 
     def freeze(self, *, namespace: str, pod: str) -> None:
-        """Keep exposing the current values with an explicit, no longer advancing timestamp.
+        """Keep exposing the current values with their timestamp no longer advancing.
 
         Prometheus keeps the last sample visible for its lookback delta (5 min by default)
         because explicitly timestamped series get no staleness markers: the sample just ages,
-        as it does behind a stuck exporter or a federation/remote-write hop.
+        as it does behind a stuck exporter or a federation hop.
         """
         with self._lock:
-            self._pods[(namespace, pod)].frozen_at_s = time.time()
+            state = self._pods[(namespace, pod)]
+            if not state.explicit_timestamps:
+                # Switching a series to explicit timestamps makes Prometheus write a
+                # staleness marker at once, which is a different scenario.
+                raise ValueError(f"{namespace}/{pod} was not added with explicit_timestamps")
+            state.frozen_at_s = time.time()
 
     def targets(self) -> list[ScrapeTarget]:
         """One scrape target per pod (leaders and workers), labelled `namespace` and `pod`."""

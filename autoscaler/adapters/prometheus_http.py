@@ -1,0 +1,186 @@
+"""Calls to the Prometheus HTTP API with one deadline, one retry layer and error counts.
+
+prometheus-api-client's `PrometheusConnect` defaults to no timeout and three urllib3
+retries with a 1 s backoff, so one dead Prometheus could stall a tick for minutes. Here the
+client's own retries are off and every request carries a timeout that ends at the caller's
+deadline; the single retry below happens only while time is left. The calls block, so the
+source runs them in threads (`asyncio.to_thread`).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import requests
+from prometheus_api_client import PrometheusConnect
+from prometheus_api_client.exceptions import PrometheusApiClientException
+from urllib3.util.retry import Retry
+
+log = logging.getLogger(__name__)
+
+# Statuses worth a second try: Prometheus restarting, a proxy in front of it, overload.
+RETRYABLE_STATUSES = frozenset({429, 502, 503, 504})
+RETRY_BACKOFF_S = 0.2
+_STATUS = re.compile(r"HTTP Status Code (\d{3})")
+
+
+class PrometheusSourceError(Exception):
+    """Base of the Prometheus adapter's errors."""
+
+
+class PrometheusUnavailable(PrometheusSourceError):
+    """A query got no usable answer: `kind` is timeout, connection, http_4xx, http_5xx or
+    bad_response."""
+
+    def __init__(self, query_name: str, *, kind: str, detail: str) -> None:
+        super().__init__(f"{query_name}: {kind}: {detail}")
+        self.query_name = query_name
+        self.kind = kind
+        self.detail = detail
+
+
+@dataclass
+class PrometheusStats:
+    """Counts for the service's own metrics. Mutated by the source, read by the service."""
+
+    queries_sent: int = 0  # HTTP requests, retries included
+    last_tick_queries: int = 0  # HTTP requests of the last observe() call
+    errors: Counter[str] = field(default_factory=Counter)  # by kind
+    last_error: str | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def count_query(self) -> None:
+        with self._lock:
+            self.queries_sent += 1
+
+    def count_error(self, error: PrometheusUnavailable) -> None:
+        with self._lock:
+            self.errors[error.kind] += 1
+            self.last_error = str(error)
+
+
+ErrorCallback = Callable[[PrometheusUnavailable], None]
+
+
+def _classify(err: Exception) -> tuple[str, int | None]:
+    if isinstance(err, requests.Timeout):
+        return "timeout", None
+    if isinstance(err, requests.ConnectionError):
+        return "connection", None
+    if isinstance(err, PrometheusApiClientException):
+        # The client only says "HTTP Status Code 503 (b'...')"; the status is in the text.
+        match = _STATUS.search(str(err))
+        if match:
+            status = int(match.group(1))
+            return ("http_4xx" if status < 500 else "http_5xx"), status
+        return "bad_response", None
+    return "bad_response", None
+
+
+class PrometheusHttp:
+    """A `PrometheusConnect` with retries off, a per-call deadline and one retry of our own."""
+
+    def __init__(
+        self,
+        *,
+        url: str,
+        timeout_s: float,
+        retries: int = 1,
+        headers: dict[str, str] | None = None,
+        stats: PrometheusStats | None = None,
+        on_error: ErrorCallback | None = None,
+    ) -> None:
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s must be positive, got {timeout_s}")
+        self.timeout_s = timeout_s
+        self.retries = retries
+        self.stats = stats if stats is not None else PrometheusStats()
+        self._on_error = on_error
+        # total=0: the client must not retry behind our back; raise_on_status=False lets a
+        # 5xx come back as a response so its status is reported.
+        no_retry = Retry(total=0, raise_on_status=False, raise_on_redirect=False)
+        self._client = PrometheusConnect(
+            url=url.rstrip("/"), headers=headers, retry=no_retry, timeout=timeout_s
+        )
+
+    def close(self) -> None:
+        self._client.close()
+
+    def instant(self, name: str, query: str, *, deadline: float) -> list[dict[str, Any]]:
+        """`/api/v1/query` answer (the result list), or PrometheusUnavailable.
+
+        `deadline` is a `time.monotonic()` value; no request outlives it.
+        """
+        return self._call(
+            name,
+            deadline,
+            lambda timeout_s: self._client.custom_query(
+                query, params={"timeout": f"{max(1, int(timeout_s * 1000))}ms"}, timeout=timeout_s
+            ),
+        )
+
+    def range(
+        self, name: str, query: str, *, start_s: float, end_s: float, step_s: float, deadline: float
+    ) -> list[dict[str, Any]]:
+        """`/api/v1/query_range` answer (the matrix), or PrometheusUnavailable."""
+        start = datetime.fromtimestamp(start_s, tz=UTC)
+        end = datetime.fromtimestamp(end_s, tz=UTC)
+        return self._call(
+            name,
+            deadline,
+            lambda timeout_s: self._client.custom_query_range(
+                query,
+                start_time=start,
+                end_time=end,
+                step=f"{step_s:g}",
+                params={"timeout": f"{max(1, int(timeout_s * 1000))}ms"},
+                timeout=timeout_s,
+            ),
+        )
+
+    def _call(
+        self, name: str, deadline: float, send: Callable[[float], Any]
+    ) -> list[dict[str, Any]]:
+        attempt = 0
+        while True:
+            timeout_s = min(self.timeout_s, deadline - time.monotonic())
+            if timeout_s <= 0:
+                error = PrometheusUnavailable(name, kind="timeout", detail="deadline passed")
+                break
+            self.stats.count_query()
+            try:
+                result = send(timeout_s)
+            except (
+                requests.RequestException,
+                PrometheusApiClientException,
+                ValueError,  # a 200 whose body is not JSON
+                KeyError,  # JSON without data.result
+            ) as err:
+                kind, status = _classify(err)
+                error = PrometheusUnavailable(name, kind=kind, detail=str(err)[:300])
+                error.__cause__ = err
+                retryable = kind == "connection" or status in RETRYABLE_STATUSES
+                if retryable and attempt < self.retries:
+                    attempt += 1
+                    if deadline - time.monotonic() > RETRY_BACKOFF_S:
+                        time.sleep(RETRY_BACKOFF_S)
+                        continue
+                break
+            if not isinstance(result, list):
+                error = PrometheusUnavailable(
+                    name, kind="bad_response", detail=f"expected a result list, got {result!r:.80}"
+                )
+                break
+            return result
+        self.stats.count_error(error)
+        if self._on_error is not None:
+            self._on_error(error)
+        raise error

@@ -1,0 +1,191 @@
+"""The PromQL the Prometheus source sends each tick, as one validated settings model.
+
+Every query is an instant query over all pods at once, grouped `by (namespace, pod)`; the
+source maps results to components in Python, so the number of queries per tick is fixed
+(five signals plus one freshness query) whatever the number of deployments. Operators
+override any of them (Helm values / the service settings) to read SGLang or a gateway
+instead of vLLM; `sglang_queries()` gives a starting point. Annotation text never reaches
+PromQL: these strings come from the operator's settings only.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from autoscaler.core.model import Component
+
+BY_POD = "by (namespace, pod)"
+
+
+def _served_plus_queue_growth(*, served_counter: str, per_request: str, waiting: str,
+                              rate_window: str, mean_window: str) -> str:  # fmt: skip
+    """Arrivals estimated as served throughput plus the waiting queue's growth.
+
+    While a server is saturated, `rate(tokens served)` understates demand: what does not get
+    served piles up in the waiting queue. By conservation, arrivals = served + d(queue)/dt,
+    with the queue measured in requests, so its growth is converted to tokens with the mean
+    tokens per finished request (`per_request` histogram `_sum / _count`). When no request
+    finished in `mean_window` the conversion is unknown and the served rate stands alone
+    (the `or`); a draining queue lowers the estimate, clamped at 0.
+    """
+    served = f"sum {BY_POD} (rate({served_counter}[{rate_window}]))"
+    growth = f"sum {BY_POD} (deriv({waiting}[{rate_window}]))"
+    mean = (
+        f"sum {BY_POD} (rate({per_request}_sum[{mean_window}]))\n"
+        f"    / on (namespace, pod)\n"
+        f"  (sum {BY_POD} (rate({per_request}_count[{mean_window}])) > 0)"
+    )
+    return (
+        f"clamp_min(\n"
+        f"  (\n"
+        f"    {served}\n"
+        f"    + on (namespace, pod)\n"
+        f"    {growth}\n"
+        f"    * on (namespace, pod)\n"
+        f"    ({mean})\n"
+        f"  )\n"
+        f"  or on (namespace, pod)\n"
+        f"  {served},\n"
+        f"  0\n"
+        f")"
+    )
+
+
+def vllm_query_texts(*, rate_window: str = "1m", mean_window: str = "5m") -> dict[str, str]:
+    """The default vLLM queries (DESIGN section 6) with the given `rate()` windows.
+
+    Tests use short windows (seconds) so `rate()` settles within a few 1 s scrapes.
+    """
+    return {
+        "waiting": f"sum {BY_POD} (vllm:num_requests_waiting)",
+        "running": f"sum {BY_POD} (vllm:num_requests_running)",
+        # `or` matches on labels without the metric name, so a pod exposing both names (vLLM
+        # 0.9.2 to 0.10.x) counts once; max over the V1 `engine` label (data parallelism).
+        "kv_cache": f"max {BY_POD} (vllm:kv_cache_usage_perc or vllm:gpu_cache_usage_perc)",
+        "prefill_demand": _served_plus_queue_growth(
+            served_counter="vllm:prompt_tokens_total",
+            per_request="vllm:request_prompt_tokens",
+            waiting="vllm:num_requests_waiting",
+            rate_window=rate_window,
+            mean_window=mean_window,
+        ),
+        "decode_demand": _served_plus_queue_growth(
+            served_counter="vllm:generation_tokens_total",
+            per_request="vllm:request_generation_tokens",
+            waiting="vllm:num_requests_waiting",
+            rate_window=rate_window,
+            mean_window=mean_window,
+        ),
+        "sample_time": f"max {BY_POD} (timestamp(vllm:num_requests_running))",
+    }
+
+
+_VLLM = vllm_query_texts()
+
+
+class PrometheusQueries(BaseModel):
+    """The signal queries. Each is one instant query covering every pod at once, grouped
+    `by (namespace, pod)`, so the number of queries per tick does not grow with the number
+    of deployments. Results are mapped to components through pod names, so both labels must
+    survive the aggregation."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    waiting: str = Field(
+        default=_VLLM["waiting"],
+        min_length=1,
+        description="Requests waiting to be scheduled, per leader pod (queue depth).",
+    )
+    running: str = Field(
+        default=_VLLM["running"],
+        min_length=1,
+        description="Requests in the running batch, per leader pod.",
+    )
+    kv_cache: str = Field(
+        default=_VLLM["kv_cache"],
+        min_length=1,
+        description="KV-cache usage fraction (0-1) per leader pod; accepts vLLM's old and new "
+        "metric names (renamed in 0.9.2).",
+    )
+    prefill_demand: str = Field(
+        default=_VLLM["prefill_demand"],
+        min_length=1,
+        description="Prefill demand per leader pod, in prompt tokens/s: served prompt tokens "
+        "plus the waiting queue's growth times the mean prompt length.",
+    )
+    decode_demand: str = Field(
+        default=_VLLM["decode_demand"],
+        min_length=1,
+        description="Decode demand per leader pod, in generated tokens/s: served tokens plus "
+        "the waiting queue's growth times the mean output length.",
+    )
+    unified_demand: str | None = Field(
+        default=None,
+        min_length=1,
+        description="Demand of `unified` (non-PD) components. Unset: the prefill demand "
+        "(prompt tokens/s) is used, which costs no extra query.",
+    )
+    sample_time: str | None = Field(
+        default=_VLLM["sample_time"],
+        min_length=1,
+        description="Unix time of each pod's newest sample, for the staleness limit. Unset: "
+        "no staleness check beyond Prometheus's own lookback delta.",
+    )
+
+    @field_validator("*")
+    @classmethod
+    def _grouped_by_pod(cls, query: str | None) -> str | None:
+        # A query without both labels cannot be mapped to components; failing here is
+        # clearer than a component that silently never gets data.
+        if query is not None and ("namespace" not in query or "pod" not in query):
+            raise ValueError(
+                "must keep the `namespace` and `pod` labels, e.g. sum by (namespace, pod)"
+            )
+        return query
+
+    def instant_queries(self) -> dict[str, str]:
+        """Name -> PromQL of every query one tick sends (a fixed set)."""
+        named = {
+            "waiting": self.waiting,
+            "running": self.running,
+            "kv_cache": self.kv_cache,
+            "prefill_demand": self.prefill_demand,
+            "decode_demand": self.decode_demand,
+            "unified_demand": self.unified_demand,
+            "sample_time": self.sample_time,
+        }
+        return {name: query for name, query in named.items() if query is not None}
+
+    def demand_query_name(self, component: Component) -> str:
+        """Which demand query a component reads: decode its own, prefill the prompt-token
+        one, unified `unified_demand` when set and otherwise the prefill one."""
+        if component is Component.DECODE:
+            return "decode_demand"
+        if component is Component.UNIFIED and self.unified_demand is not None:
+            return "unified_demand"
+        return "prefill_demand"
+
+    @classmethod
+    def vllm(cls, *, rate_window: str = "1m", mean_window: str = "5m") -> PrometheusQueries:
+        return cls(**vllm_query_texts(rate_window=rate_window, mean_window=mean_window))
+
+
+def sglang_queries(*, rate_window: str = "1m") -> PrometheusQueries:
+    """SGLang equivalents (`--enable-metrics`), a starting point for operators.
+
+    SGLang labels series with `tp_rank` (and `dp_rank` under DP attention); only rank 0 is
+    read (or series without the label, from releases before it), so tensor-parallel ranks do
+    not multiply the queue. Demand is the served rate only: SGLang has no per-request prompt
+    length histogram to convert queue growth into tokens. Not tested against a real SGLang.
+    """
+    rank0 = '{tp_rank=~"0|"}'
+    return PrometheusQueries(
+        waiting=f"sum {BY_POD} (sglang:num_queue_reqs{rank0})",
+        running=f"sum {BY_POD} (sglang:num_running_reqs{rank0})",
+        kv_cache=f"max {BY_POD} (sglang:token_usage{rank0})",
+        prefill_demand=f"sum {BY_POD} (rate(sglang:prompt_tokens_total{rank0}[{rate_window}]))",
+        decode_demand=(
+            f"sum {BY_POD} (rate(sglang:generation_tokens_total{rank0}[{rate_window}]))"
+        ),
+        sample_time=f"max {BY_POD} (timestamp(sglang:num_running_reqs{rank0}))",
+    )

@@ -1,0 +1,257 @@
+"""Per-component load signals from Prometheus: one fixed set of instant queries per tick.
+
+Each query covers every pod at once (`... by (namespace, pod)`); results are mapped to
+components here, in Python, through LWS pod names: only the leader pod (`<lws>-<group>`) of
+each ready gang is read, since in a multi-node gang only the leader serves vLLM metrics.
+The number of queries per tick is therefore the same for one deployment or two hundred.
+
+Anything untrustworthy becomes None with a reason in `Signals.missing_reasons`: NaN or Inf,
+a ready leader missing from the results, a sample older than the staleness limit, a query
+that failed (Prometheus down, timeout, 4xx/5xx). A failing Prometheus never raises out of
+`observe`: the tick gets "no data", the core holds, and the error is logged and counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from autoscaler.adapters.pod_names import leader_pod_name
+from autoscaler.adapters.prometheus_backfill import BackfillResult, backfill_demand
+from autoscaler.adapters.prometheus_http import (
+    ErrorCallback,
+    PrometheusHttp,
+    PrometheusStats,
+    PrometheusUnavailable,
+)
+from autoscaler.adapters.prometheus_queries import PrometheusQueries
+from autoscaler.core.model import Component, ComponentKey, Signals
+
+__all__ = ["ComponentTarget", "PrometheusQueries", "PrometheusSource", "PrometheusStats"]
+
+log = logging.getLogger(__name__)
+
+# Threads finish at the deadline on their own; this grace only covers scheduling delay.
+_DEADLINE_GRACE_S = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class ComponentTarget:
+    """One component to observe: its LWS, its kind (which demand query applies) and the
+    group indexes of its ready gangs (from the Kubernetes adapter's pod cache)."""
+
+    key: ComponentKey
+    component: Component
+    ready_group_indexes: frozenset[int]
+
+
+@dataclass(frozen=True, slots=True)
+class QueryOutcome:
+    """One instant query's answer per (namespace, pod), or why there is none."""
+
+    values: Mapping[tuple[str, str], float] = field(default_factory=dict)
+    eval_time_s: float | None = None
+    duplicated: frozenset[tuple[str, str]] = frozenset()
+    error: str | None = None
+
+
+def parse_vector(result: Sequence[Mapping[str, Any]]) -> QueryOutcome:
+    """Instant-vector rows -> values by (namespace, pod). Rows without both labels are
+    dropped; a pod with several rows (the query did not aggregate by pod) is flagged."""
+    values: dict[tuple[str, str], float] = {}
+    duplicated: set[tuple[str, str]] = set()
+    eval_time_s: float | None = None
+    for row in result:
+        labels = row.get("metric", {})
+        namespace, pod = labels.get("namespace"), labels.get("pod")
+        if not namespace or not pod:
+            continue
+        timestamp, text = row["value"]
+        eval_time_s = float(timestamp)
+        key = (namespace, pod)
+        if key in values:
+            duplicated.add(key)
+        values[key] = float(text)  # Prometheus writes NaN / +Inf / -Inf as float() reads them
+    return QueryOutcome(values=values, eval_time_s=eval_time_s, duplicated=frozenset(duplicated))
+
+
+def _pod_value(outcome: QueryOutcome, namespace: str, pod: str) -> tuple[float | None, str | None]:
+    key = (namespace, pod)
+    if key in outcome.duplicated:
+        return None, (
+            f"query returned several series for pod {namespace}/{pod}; "
+            "it must aggregate by (namespace, pod)"
+        )
+    value = outcome.values.get(key)
+    if value is None:
+        return None, f"no sample for ready leader {namespace}/{pod}"
+    if math.isnan(value):
+        return None, f"NaN for {namespace}/{pod}"
+    if math.isinf(value):
+        return None, f"Inf for {namespace}/{pod}"
+    return value, None
+
+
+class PrometheusSource:
+    """Reads the signal queries once per tick and maps them to components."""
+
+    def __init__(
+        self,
+        *,
+        url: str,
+        queries: PrometheusQueries | None = None,
+        timeout_s: float = 10.0,
+        staleness_limit_s: float = 120.0,
+        retries: int = 1,
+        headers: dict[str, str] | None = None,
+        stats: PrometheusStats | None = None,
+        on_error: ErrorCallback | None = None,
+    ) -> None:
+        self.queries = queries if queries is not None else PrometheusQueries()
+        self.timeout_s = timeout_s
+        self.staleness_limit_s = staleness_limit_s
+        self.http = PrometheusHttp(
+            url=url,
+            timeout_s=timeout_s,
+            retries=retries,
+            headers=headers,
+            stats=stats,
+            on_error=on_error,
+        )
+
+    @property
+    def stats(self) -> PrometheusStats:
+        return self.http.stats
+
+    def close(self) -> None:
+        self.http.close()
+
+    async def backfill_demand(
+        self,
+        components: Iterable[tuple[ComponentKey, Component]],
+        *,
+        end_s: float,
+        days: float = 7.0,
+        step_s: float = 60.0,
+    ) -> BackfillResult:
+        """Demand history of each component for the `days` before `end_s` (see
+        `prometheus_backfill`); gaps and failed chunks stay NaN."""
+        return await backfill_demand(
+            self.http, self.queries, components, end_s=end_s, days=days, step_s=step_s
+        )
+
+    async def query_all(self) -> dict[str, QueryOutcome]:
+        """Send the tick's fixed query set concurrently, each in a thread, within the timeout."""
+        deadline = time.monotonic() + self.timeout_s
+        named = self.queries.instant_queries()
+        tasks = {
+            name: asyncio.create_task(
+                asyncio.to_thread(self.http.instant, name, query, deadline=deadline)
+            )
+            for name, query in named.items()
+        }
+        await asyncio.wait(tasks.values(), timeout=self.timeout_s + _DEADLINE_GRACE_S)
+        outcomes: dict[str, QueryOutcome] = {}
+        failures: list[str] = []
+        for name, task in tasks.items():
+            if not task.done():
+                task.cancel()  # the thread ends at its own deadline; its answer is dropped
+                error = PrometheusUnavailable(name, kind="timeout", detail="no answer in time")
+                self.stats.count_error(error)
+                outcomes[name] = QueryOutcome(error=f"prometheus timeout: {error}")
+                failures.append(str(error))
+                continue
+            exc = task.exception()
+            if isinstance(exc, PrometheusUnavailable):
+                outcomes[name] = QueryOutcome(error=f"prometheus {exc.kind}: {exc.detail}")
+                failures.append(str(exc))
+            elif exc is not None:
+                # Not a Prometheus failure we know; still never stop the loop for it.
+                log.error("prometheus query %s raised", name, exc_info=exc)
+                bad = PrometheusUnavailable(name, kind="unexpected", detail=repr(exc))
+                self.stats.count_error(bad)
+                outcomes[name] = QueryOutcome(error=f"prometheus query failed: {exc!r}")
+                failures.append(str(bad))
+            else:
+                try:
+                    outcomes[name] = parse_vector(task.result())
+                except (KeyError, TypeError, ValueError) as err:
+                    bad = PrometheusUnavailable(name, kind="bad_response", detail=repr(err))
+                    self.stats.count_error(bad)
+                    outcomes[name] = QueryOutcome(error=f"prometheus bad_response: {err!r}")
+                    failures.append(str(bad))
+        if failures:
+            log.warning("prometheus queries failed, their signals are missing: %s", failures)
+        return outcomes
+
+    async def observe(self, components: Iterable[ComponentTarget]) -> dict[ComponentKey, Signals]:
+        """Signals of every component. Never raises for Prometheus trouble."""
+        targets = list(components)
+        sent_before = self.stats.queries_sent
+        outcomes = await self.query_all()
+        self.stats.last_tick_queries = self.stats.queries_sent - sent_before
+        return {t.key: self.signals_for(t, outcomes) for t in targets}
+
+    def _stale_reason(
+        self, outcomes: Mapping[str, QueryOutcome], namespace: str, pod: str
+    ) -> str | None:
+        sample_time = outcomes.get("sample_time")
+        if sample_time is None:
+            return None  # no staleness check configured
+        if sample_time.error is not None:
+            return f"sample time unknown: {sample_time.error}"
+        newest_s, reason = _pod_value(sample_time, namespace, pod)
+        if newest_s is None or sample_time.eval_time_s is None:
+            return reason
+        age_s = sample_time.eval_time_s - newest_s
+        if age_s > self.staleness_limit_s:
+            return (
+                f"stale: newest sample of {namespace}/{pod} is {age_s:.0f}s old "
+                f"(limit {self.staleness_limit_s:g}s)"
+            )
+        return None
+
+    def signals_for(self, target: ComponentTarget, outcomes: Mapping[str, QueryOutcome]) -> Signals:
+        """Aggregate one component over the leader pods of its ready gangs."""
+        namespace = target.key.namespace
+        leaders = [leader_pod_name(target.key.lws, g) for g in sorted(target.ready_group_indexes)]
+        stale = {pod: self._stale_reason(outcomes, namespace, pod) for pod in leaders}
+        reasons: dict[str, str] = {}
+
+        def aggregate(signal: str, query_name: str, *, mean: bool) -> float | None:
+            outcome = outcomes[query_name]
+            if outcome.error is not None:
+                reasons[signal] = outcome.error
+                return None
+            if not leaders:
+                reasons[signal] = "no ready gang"
+                return None
+            values = []
+            for pod in leaders:
+                stale_reason = stale[pod]
+                if stale_reason is not None:
+                    reasons[signal] = stale_reason
+                    return None
+                value, reason = _pod_value(outcome, namespace, pod)
+                if value is None:
+                    # A partial sum would understate the load of the whole component.
+                    reasons[signal] = reason or "missing"
+                    return None
+                values.append(value)
+            total = math.fsum(values)
+            return total / len(values) if mean else total
+
+        return Signals(
+            waiting_requests=aggregate("waiting_requests", "waiting", mean=False),
+            running_requests=aggregate("running_requests", "running", mean=False),
+            kv_usage_fraction=aggregate("kv_usage_fraction", "kv_cache", mean=True),
+            demand=aggregate(
+                "demand", self.queries.demand_query_name(target.component), mean=False
+            ),
+            missing_reasons=reasons,
+        )

@@ -1,0 +1,163 @@
+"""Mapping query answers to component signals, without a server (the pure part of the source).
+
+The rows are in the shape `/api/v1/query` returns; the live tests check the same mapping
+against a real Prometheus.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from pydantic import ValidationError
+
+from autoscaler.adapters.prometheus_queries import PrometheusQueries, sglang_queries
+from autoscaler.adapters.prometheus_source import (
+    ComponentTarget,
+    PrometheusSource,
+    QueryOutcome,
+    parse_vector,
+)
+from autoscaler.core.model import Component, ComponentKey
+
+EVAL_S = 1_800_000_000.0
+KEY = ComponentKey("ns", "llama-3-70b")
+
+
+def vector(values: dict[str, str], *, namespace: str = "ns") -> list[dict[str, object]]:
+    return [
+        {"metric": {"namespace": namespace, "pod": pod}, "value": [EVAL_S, text]}
+        for pod, text in values.items()
+    ]
+
+
+def outcomes(**overrides: QueryOutcome) -> dict[str, QueryOutcome]:
+    base = {
+        "waiting": parse_vector(vector({"llama-3-70b-0": "3", "llama-3-70b-1": "5"})),
+        "running": parse_vector(vector({"llama-3-70b-0": "10", "llama-3-70b-1": "12"})),
+        "kv_cache": parse_vector(vector({"llama-3-70b-0": "0.5", "llama-3-70b-1": "0.7"})),
+        "prefill_demand": parse_vector(vector({"llama-3-70b-0": "100", "llama-3-70b-1": "50"})),
+        "decode_demand": parse_vector(vector({"llama-3-70b-0": "9", "llama-3-70b-1": "1"})),
+        "sample_time": parse_vector(
+            vector({"llama-3-70b-0": str(EVAL_S - 1), "llama-3-70b-1": str(EVAL_S - 2)})
+        ),
+    }
+    base.update(overrides)
+    return base
+
+
+def source() -> PrometheusSource:
+    # No request is sent in these tests; the URL only has to parse.
+    return PrometheusSource(url="http://127.0.0.1:1", staleness_limit_s=30.0)
+
+
+def target(groups: set[int], component: Component = Component.PREFILL) -> ComponentTarget:
+    return ComponentTarget(key=KEY, component=component, ready_group_indexes=frozenset(groups))
+
+
+def test_sums_queues_averages_kv_over_ready_leaders() -> None:
+    signals = source().signals_for(target({0, 1}), outcomes())
+    assert signals.waiting_requests == 8.0
+    assert signals.running_requests == 22.0
+    assert signals.kv_usage_fraction == pytest.approx(0.6)
+    assert signals.demand == 150.0
+    assert signals.missing_reasons == {}
+
+
+def test_only_ready_gangs_count() -> None:
+    signals = source().signals_for(target({1}), outcomes())
+    assert (signals.waiting_requests, signals.kv_usage_fraction) == (5.0, 0.7)
+
+
+@pytest.mark.parametrize(
+    ("component", "demand"),
+    [
+        pytest.param(Component.PREFILL, 150.0, id="prefill-reads-prompt-tokens"),
+        pytest.param(Component.DECODE, 10.0, id="decode-reads-generated-tokens"),
+        pytest.param(Component.UNIFIED, 150.0, id="unified-defaults-to-prompt-tokens"),
+    ],
+)
+def test_demand_query_follows_component(component: Component, demand: float) -> None:
+    assert source().signals_for(target({0, 1}, component), outcomes()).demand == demand
+
+
+def test_workers_and_other_namespaces_are_ignored() -> None:
+    rows = vector({"llama-3-70b-0": "3", "llama-3-70b-0-1": "100", "llama-3-70b-1": "5"})
+    rows += vector({"llama-3-70b-0": "1000"}, namespace="elsewhere")
+    signals = source().signals_for(target({0, 1}), outcomes(waiting=parse_vector(rows)))
+    assert signals.waiting_requests == 8.0
+
+
+@pytest.mark.parametrize(
+    ("waiting", "reason_part"),
+    [
+        pytest.param({"llama-3-70b-0": "NaN", "llama-3-70b-1": "5"}, "NaN", id="nan"),
+        pytest.param({"llama-3-70b-0": "+Inf", "llama-3-70b-1": "5"}, "Inf", id="inf"),
+        pytest.param(
+            {"llama-3-70b-1": "5"},
+            "no sample for ready leader ns/llama-3-70b-0",
+            id="ready-leader-missing",
+        ),
+        pytest.param({}, "no sample", id="empty-result"),
+    ],
+)
+def test_untrustworthy_values_become_none_with_reason(
+    waiting: dict[str, str], reason_part: str
+) -> None:
+    signals = source().signals_for(target({0, 1}), outcomes(waiting=parse_vector(vector(waiting))))
+    assert signals.waiting_requests is None
+    assert reason_part in signals.missing_reasons["waiting_requests"]
+    assert signals.running_requests == 22.0  # other signals are unaffected
+
+
+def test_stale_leader_makes_every_signal_none() -> None:
+    old = parse_vector(vector({"llama-3-70b-0": str(EVAL_S - 31), "llama-3-70b-1": str(EVAL_S)}))
+    signals = source().signals_for(target({0, 1}), outcomes(sample_time=old))
+    assert (signals.waiting_requests, signals.kv_usage_fraction, signals.demand) == (None,) * 3
+    assert "31s old (limit 30s)" in signals.missing_reasons["demand"]
+
+
+def test_query_error_makes_that_signal_none() -> None:
+    failed = QueryOutcome(error="prometheus http_4xx: bad_data")
+    signals = source().signals_for(target({0, 1}), outcomes(kv_cache=failed))
+    assert signals.kv_usage_fraction is None
+    assert signals.missing_reasons == {"kv_usage_fraction": "prometheus http_4xx: bad_data"}
+    assert signals.waiting_requests == 8.0
+
+
+def test_no_ready_gang_is_missing_not_zero() -> None:
+    signals = source().signals_for(target(set()), outcomes())
+    assert signals.waiting_requests is None
+    assert signals.missing_reasons["waiting_requests"] == "no ready gang"
+
+
+def test_unaggregated_query_is_flagged() -> None:
+    rows = vector({"llama-3-70b-0": "1"}) + vector({"llama-3-70b-0": "2", "llama-3-70b-1": "5"})
+    signals = source().signals_for(target({0, 1}), outcomes(waiting=parse_vector(rows)))
+    assert signals.waiting_requests is None
+    assert "several series" in signals.missing_reasons["waiting_requests"]
+
+
+def test_parse_vector_reads_special_floats() -> None:
+    parsed = parse_vector(vector({"a-0": "NaN", "a-1": "-Inf"}))
+    assert math.isnan(parsed.values[("ns", "a-0")])
+    assert parsed.values[("ns", "a-1")] == -math.inf
+    assert parsed.eval_time_s == EVAL_S
+
+
+def test_queries_must_keep_pod_labels() -> None:
+    with pytest.raises(ValidationError, match="namespace"):
+        PrometheusQueries(waiting="sum(vllm:num_requests_waiting)")
+    with pytest.raises(ValidationError):
+        PrometheusQueries(unknown="x")  # type: ignore[call-arg]
+
+
+def test_query_set_is_fixed() -> None:
+    assert set(PrometheusQueries().instant_queries()) == {
+        "waiting", "running", "kv_cache", "prefill_demand", "decode_demand", "sample_time",
+    }  # fmt: skip
+    with_unified = PrometheusQueries(
+        unified_demand="sum by (namespace, pod) (rate(vllm:request_success_total[1m]))"
+    )
+    assert len(with_unified.instant_queries()) == 7
+    assert len(sglang_queries().instant_queries()) == 6
