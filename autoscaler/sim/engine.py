@@ -109,7 +109,7 @@ def simulate(
         policy=controller.name,
         workload=workload,
         settings=settings,
-        ttft_s=serving.ttft_s(n_steps),
+        ttft_s=serving.ttft_s(),
         series=series,
         scale_events=scale_events,
         preemptions=cluster.preemptions,

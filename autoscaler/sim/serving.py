@@ -67,6 +67,7 @@ class Serving:
         self._served = 0.0
         self._admitted = 0.0
         self._running = 0.0
+        self.steps_done = 0
 
     def step(self, k: int, *, prefill_gangs: int, decode_gangs: int) -> ServingView:
         """Serve step k ([k*dt, (k+1)*dt)) with the gangs ready at its start."""
@@ -85,6 +86,7 @@ class Serving:
             self._schedule_finish(k, self._admitted, self._admitted + admit)
             self._admitted += admit
             self._running += admit
+        self.steps_done = k + 1
         self.served_curve[k + 1] = self._served
         self.admitted_curve[k + 1] = self._admitted
         arrived = self.count0[self.arrived_idx[k + 1]]
@@ -109,9 +111,11 @@ class Serving:
         )
         np.add.at(self.finishing, k + self.hold_steps[cohorts], share)
 
-    def ttft_s(self, end_step: int) -> np.ndarray:
-        """TTFT of the middle request of every cohort; inf when it was not served in time."""
+    def ttft_s(self) -> np.ndarray:
+        """TTFT of the middle request of every cohort, over the steps simulated so far; inf
+        when it was not served by then."""
         workload = self.workload
+        end_step = self.steps_done
         times = self.edges[: end_step + 1]
         served = self.served_curve[: end_step + 1]
         admitted = self.admitted_curve[: end_step + 1]
@@ -135,8 +139,9 @@ def _invert(
     admissions do); it may grow slower because nothing more had arrived, and the callers
     take the max with each item's own arrival time to account for that.
     """
-    # the step in which the curve first reaches each value
-    idx = np.searchsorted(curve[1:], values, side="left")
+    # the step in which the curve first reaches each value (with a rate: first rises past
+    # it, since an item's own service starts only once everything ahead of it is done)
+    idx = np.searchsorted(curve[1:], values, side="left" if rates is None else "right")
     out = np.full(values.shape, np.inf)
     inside = idx < curve.size - 1
     k = idx[inside]

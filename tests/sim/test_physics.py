@@ -1,0 +1,168 @@
+"""The simulator's physics, pinned by small cases computed by hand."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from autoscaler.sim.cluster import Cluster
+from autoscaler.sim.config import ClusterSettings, SimSettings
+from autoscaler.sim.serving import Serving
+from autoscaler.sim.workload import Workload
+
+# defaults: 2 pods x 8 GPUs per gang, 20,000 prompt tokens/s per pod -> 40,000 per gang
+PREFILL_PER_GANG = 40_000.0
+
+
+def burst(requests: int, *, prompt_tokens: float, output_tokens: float = 10.0) -> Workload:
+    """`requests` single-request cohorts, all arriving at t=0."""
+    return Workload(
+        name="burst",
+        arrival_s=np.zeros(requests),
+        requests=np.ones(requests),
+        input_tokens=np.full(requests, prompt_tokens),
+        output_tokens=np.full(requests, output_tokens),
+        duration_s=60.0,
+    )
+
+
+def test_prefill_queue_drains_at_the_stated_rate() -> None:
+    # 100 prompts of 2,000 tokens = 200,000 tokens; one gang serves 40,000 tokens/s:
+    # 20 requests leave the queue each second and the queue is empty after 5 s.
+    settings = SimSettings(step_s=1.0, tick_s=1.0)
+    serving = Serving(burst(100, prompt_tokens=2_000), settings, n_steps=60)
+    queued = []
+    for k in range(7):
+        view = serving.step(k, prefill_gangs=1, decode_gangs=1)
+        queued.append(view.prefill_waiting + view.prefill_running)
+    assert queued == pytest.approx([80, 60, 40, 20, 0, 0, 0])
+    # request i has 2,000*i tokens ahead of it and its own 2,000: done at 0.05*(i+1) s
+    ttft = serving.ttft_s()
+    assert ttft == pytest.approx(0.05 * np.arange(1, 101))
+
+
+def test_two_gangs_drain_twice_as_fast() -> None:
+    settings = SimSettings(step_s=1.0, tick_s=1.0)
+    serving = Serving(burst(100, prompt_tokens=2_000), settings, n_steps=60)
+    views = [serving.step(k, prefill_gangs=2, decode_gangs=1) for k in range(3)]
+    assert [v.prefill_waiting + v.prefill_running for v in views] == pytest.approx([60, 20, 0])
+    # the last request: 99 prompts ahead at 80,000 tokens/s, then its own at one gang's speed
+    assert serving.ttft_s()[-1] == pytest.approx(99 * 2_000 / 80_000 + 2_000 / 40_000)
+
+
+def test_no_ready_gang_serves_nothing_and_ttft_counts_the_wait() -> None:
+    settings = SimSettings(step_s=1.0, tick_s=1.0)
+    serving = Serving(burst(10, prompt_tokens=4_000), settings, n_steps=60)
+    for k in range(3):
+        view = serving.step(k, prefill_gangs=0, decode_gangs=1)
+        assert view.prefill_waiting + view.prefill_running == pytest.approx(10)
+    for k in range(3, 10):
+        serving.step(k, prefill_gangs=1, decode_gangs=1)
+    # service starts at t=3: request i is done at 3 + 0.1*(i+1)
+    assert serving.ttft_s() == pytest.approx(3 + 0.1 * np.arange(1, 11))
+
+
+def test_decode_slots_hold_requests_back_until_a_slot_frees() -> None:
+    # 512 slots per gang (2 pods x 256). 600 tiny prompts: 512 get a slot in the first step,
+    # the other 88 wait. Each sequence generates 24,000/512 = 46.875 tokens/s, so 469 output
+    # tokens hold a slot for 10.005 s -> 3 steps of 5 s (ceil), freeing at t=15.
+    settings = SimSettings(step_s=5.0, tick_s=5.0)
+    serving = Serving(burst(600, prompt_tokens=10, output_tokens=469), settings, n_steps=20)
+    views = [serving.step(k, prefill_gangs=1, decode_gangs=1) for k in range(4)]
+    assert [v.decode_running for v in views] == pytest.approx([512, 512, 512, 88])
+    assert [v.decode_waiting for v in views] == pytest.approx([88, 88, 88, 0])
+    ttft = serving.ttft_s()
+    assert np.all(ttft[:512] < 1.0)
+    assert ttft[512:] == pytest.approx(15.0)
+
+
+def _cluster(**overrides: object) -> Cluster:
+    return Cluster(ClusterSettings(**overrides), gang_scheduling=True)
+
+
+def test_a_gang_counts_only_after_start_up() -> None:
+    cluster = _cluster(node_provisioning_s=300.0, gang_startup_s=180.0)
+    cluster.add_components("prefill")
+    cluster.set_replicas("prefill", 1, now_s=0.0)
+    for now in (0.0, 295.0):
+        cluster.step(now)
+        assert cluster.ready_gangs("prefill", now) == 0
+    assert len(cluster.nodes) == 2  # one 8-GPU node per pod, requested at once
+    cluster.step(300.0)  # nodes ready: both pods placed together
+    assert cluster.real["prefill"][0].all_placed_s == 300.0
+    assert cluster.ready_gangs("prefill", 479.0) == 0
+    assert cluster.starting_gangs("prefill", 479.0) == 1
+    assert cluster.ready_gangs("prefill", 480.0) == 1
+
+
+def test_pod_by_pod_under_a_node_cap_leaves_a_partial_gang_burning_gpus() -> None:
+    # 3 nodes allowed, 1 pod per node, 2 pods per gang: the second gang gets one pod
+    # placed and the other Pending for ever; the placed pod holds 8 GPUs and serves nothing.
+    settings = ClusterSettings(max_nodes=3, node_provisioning_s=0.0, gang_startup_s=0.0)
+    by_pod = Cluster(settings, gang_scheduling=False)
+    by_pod.add_components("decode")
+    by_pod.start_ready("decode", 1, now_s=0.0)
+    by_pod.set_replicas("decode", 2, now_s=0.0)
+    partial_gpu_s = 0.0
+    for now in np.arange(0.0, 3600.0, 5.0):
+        by_pod.step(float(now))
+        partial_gpu_s += by_pod.partial_gpus() * 5.0
+    assert len(by_pod.nodes) == 3
+    assert by_pod.ready_gangs("decode", 3600.0) == 1
+    # the third node comes up at t=0 (no provisioning delay) after that step's scheduling
+    # pass, so the lone pod is placed at t=5 s and holds 8 GPUs for the rest of the hour
+    assert partial_gpu_s / 3600.0 == pytest.approx(8.0 * 3595.0 / 3600.0)
+
+    whole = Cluster(settings, gang_scheduling=True)
+    whole.add_components("decode")
+    whole.start_ready("decode", 1, now_s=0.0)
+    whole.set_replicas("decode", 2, now_s=0.0)
+    for now in np.arange(0.0, 3600.0, 5.0):
+        whole.step(float(now))
+        assert whole.partial_gpus() == 0  # the gang waits whole and holds nothing
+
+
+def test_preempting_a_balloon_gang_places_a_real_gang_at_once() -> None:
+    cluster = _cluster(node_provisioning_s=300.0, gang_startup_s=180.0)
+    cluster.add_components("prefill")
+    cluster.start_ready("prefill", 1, now_s=0.0)
+    cluster.set_balloons("prefill", 1, now_s=0.0)
+    for now in (0.0, 300.0):  # the balloon gang's nodes come up and it is placed
+        cluster.step(now)
+    assert cluster.balloon_gangs_placed("prefill") == 1
+    nodes_before = len(cluster.nodes)
+
+    cluster.set_replicas("prefill", 2, now_s=600.0)
+    cluster.step(600.0)
+    new_gang = cluster.real["prefill"][1]
+    assert new_gang.all_placed_s == 600.0  # placed in the same step, on the balloon's nodes
+    assert cluster.preemptions == 1
+    assert cluster.balloon_gangs_placed("prefill") == 0
+    # the evicted balloon gang is recreated Pending, so the cluster grows for it
+    assert len(cluster.nodes) == nodes_before + 2
+    assert cluster.ready_gangs("prefill", 600.0 + 180.0) == 2
+
+
+def test_a_balloon_gang_is_never_placed_partly() -> None:
+    cluster = _cluster(max_nodes=3, node_provisioning_s=0.0)
+    cluster.add_components("prefill")
+    cluster.start_ready("prefill", 1, now_s=0.0)  # 2 of the 3 nodes
+    cluster.set_balloons("prefill", 1, now_s=0.0)
+    for now in (0.0, 5.0, 10.0):
+        cluster.step(now)
+    assert cluster.balloon_gangs_placed("prefill") == 0
+    assert all(b.pods_scheduled == 0 for b in cluster.balloons["prefill"])
+
+
+def test_an_empty_node_goes_after_the_idle_timeout() -> None:
+    cluster = _cluster(node_provisioning_s=0.0, node_idle_timeout_s=600.0)
+    cluster.add_components("decode")
+    cluster.start_ready("decode", 2, now_s=0.0)
+    cluster.step(0.0)
+    cluster.set_replicas("decode", 1, now_s=10.0)
+    cluster.step(10.0)
+    assert len(cluster.nodes) == 4
+    cluster.step(609.0)
+    assert len(cluster.nodes) == 4
+    cluster.step(610.0)
+    assert len(cluster.nodes) == 2

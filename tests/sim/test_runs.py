@@ -1,0 +1,177 @@
+"""Whole runs on short slices of the real traces: determinism, the JSON contract, the CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from autoscaler.cli import main
+from autoscaler.sim.baselines import _hpa_replicas
+from autoscaler.sim.config import load_settings
+from autoscaler.sim.errors import ConfigError, TraceError
+from autoscaler.sim.gang_policy import GangController
+from autoscaler.sim.runner import build_controllers, compare, load_workload, with_quota
+from autoscaler.sim.workload import (
+    BUILTIN_PATH,
+    load_per_second,
+    load_servegen,
+    load_trace,
+    scale_requests,
+    trace_metadata,
+)
+from tests.harness.shared_data import shared_data_path
+
+TRACES = ("traces",)
+POLICY_KEYS = {
+    "slo_attainment",
+    "gpu_hours",
+    "partial_gang_gpu_hours",
+    "scale_events",
+    "p99_ttft_s",
+}
+
+
+def _azure_conv_slice(minutes: float = 12.0):  # type: ignore[no-untyped-def]
+    settings = load_settings()
+    path = shared_data_path("traces", "AzureLLMInferenceTrace_conv.csv")
+    workload, scale = load_workload(path, settings, scale=None, name="azure-conv")
+    return workload.slice(0.0, minutes * 60), scale, settings
+
+
+def test_same_seed_same_json() -> None:
+    workload, scale, settings = _azure_conv_slice()
+    first = compare(workload, settings, trace="azure-conv", scale=scale, progress=False)
+    again = compare(workload, settings, trace="azure-conv", scale=scale, progress=False)
+    assert json.dumps(first.as_json()) == json.dumps(again.as_json())
+    assert set(first.as_json()["policies"]) == {"gang", "reactive", "static", "oracle"}
+
+
+def test_servegen_sampling_is_seeded() -> None:
+    path = shared_data_path("traces", "servegen_mm-image_600s.csv")
+    a = load_servegen(path, seed=1, rate_scale=2.0)
+    b = load_servegen(path, seed=1, rate_scale=2.0)
+    c = load_servegen(path, seed=2, rate_scale=2.0)
+    assert np.array_equal(a.requests, b.requests)
+    assert not np.array_equal(a.requests, c.requests)
+    # 144 windows of 600 s sampled per second; the Poisson total tracks the scaled rate
+    assert a.duration_s == 144 * 600
+    expected = 2.0 * 600 * float(np.loadtxt(path, delimiter=",", skiprows=1, usecols=1).sum())
+    assert a.total_requests == pytest.approx(expected, rel=0.01)
+
+
+def test_request_traces_load_every_row() -> None:
+    conv = load_trace(shared_data_path("traces", "AzureLLMInferenceTrace_conv.csv"), seed=0)
+    assert conv.total_requests == 19_366
+    assert conv.duration_s == pytest.approx(3_502, abs=1)
+    mooncake = load_trace(
+        shared_data_path("traces", "mooncake_fast25_synthetic_trace.jsonl"), seed=0
+    )
+    assert mooncake.total_requests == 3_993
+    per_second = load_per_second(shared_data_path("traces", "azure2023_conv_1s.csv"))
+    assert per_second.total_requests == 19_366
+    assert per_second.prompt_tokens().sum() == pytest.approx(conv.prompt_tokens().sum())
+
+
+def test_scaling_a_request_trace_keeps_whole_requests() -> None:
+    conv = load_trace(shared_data_path("traces", "AzureLLMInferenceTrace_conv.csv"), seed=0)
+    scaled = scale_requests(conv, 2.5, seed=0)
+    assert np.all(scaled.requests == 1.0)
+    assert scaled.total_requests == pytest.approx(2.5 * 19_366, rel=0.02)
+    assert np.all(np.diff(scaled.arrival_s) >= 0)
+
+
+def test_builtin_trace_carries_its_attribution() -> None:
+    meta = trace_metadata(BUILTIN_PATH)
+    assert "CC-BY 4.0" in meta["license"]
+    builtin = load_trace(BUILTIN_PATH, seed=0)
+    shared = load_per_second(shared_data_path("traces", "azure2023_conv_1s.csv"))
+    assert np.array_equal(builtin.requests, shared.requests)
+
+
+def test_a_malformed_trace_is_refused_with_its_row(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.csv"
+    bad.write_text("t_seconds,requests,input_tokens,output_tokens\n0,1,10,5\n1,x,10,5\n")
+    with pytest.raises(TraceError, match=r"requests.*row 2"):
+        load_trace(bad, seed=0)
+    unknown = tmp_path / "unknown.csv"
+    unknown.write_text("a,b\n1,2\n")
+    with pytest.raises(TraceError, match="unknown trace format"):
+        load_trace(unknown, seed=0)
+
+
+def test_a_bad_config_is_refused(tmp_path: Path) -> None:
+    config = tmp_path / "sim.yaml"
+    config.write_text("cluster:\n  gpus_per_pod: 16\n")
+    with pytest.raises(ConfigError, match="gpus_per_pod"):
+        load_settings(config)
+    config.write_text("serving:\n  prefill_tokens_per_s_per_pod: 5000\n")
+    assert load_settings(config).serving.prefill_tokens_per_s_per_pod == 5000
+
+
+@pytest.mark.parametrize(
+    ("ratio", "ready", "spec", "expected"),
+    [
+        pytest.param(1.05, 4, 4, 4, id="within-tolerance-holds"),
+        pytest.param(2.0, 4, 4, 8, id="double-load-doubles"),
+        pytest.param(0.5, 4, 4, 2, id="half-load-halves"),
+        pytest.param(2.0, 2, 4, 4, id="starting-gangs-count-idle-on-scale-up"),
+        pytest.param(3.0, 2, 4, 6, id="starting-gangs-idle-still-scales-up"),
+        # (0.5*2 + 2 on target) / 4 = 0.75 -> ceil(0.75 * 4) = 3, not ceil(0.5 * 2) = 1
+        pytest.param(0.5, 2, 4, 3, id="starting-gangs-on-target-damp-scale-down"),
+    ],
+)
+def test_hpa_replica_calculation(ratio: float, ready: int, spec: int, expected: int) -> None:
+    assert _hpa_replicas(ratio, ready=ready, spec=spec) == expected
+
+
+def test_gang_policy_drives_the_real_core() -> None:
+    workload, _, settings = _azure_conv_slice(minutes=5)
+    settings = with_quota(workload, settings)
+    (controller,) = build_controllers(workload, settings, ["gang"])
+    assert isinstance(controller, GangController)
+    from autoscaler.sim.engine import simulate
+
+    simulate(workload, controller, settings, progress=False)
+    assert controller.last_plan is not None
+    plans = list(controller.last_plan.components.values())
+    assert {p.key.lws for p in plans} == {"model-prefill", "model-decode"}
+    assert all(p.reason and p.steps for p in plans)
+
+
+def test_cli_writes_the_design_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "results.json"
+    report = tmp_path / "report"
+    code = main(
+        [
+            "simulate",
+            "--duration",
+            "10m",
+            "--json",
+            str(out),
+            "--report",
+            str(report),
+            "--no-progress",
+        ]
+    )
+    assert code == 0
+    document = json.loads(out.read_text())
+    assert set(document) == {"trace", "policies"}
+    assert document["trace"] == "builtin"
+    for name, figures in document["policies"].items():
+        assert set(figures) == POLICY_KEYS, name
+        assert 0.0 <= figures["slo_attainment"] <= 1.0
+        assert math.isfinite(figures["p99_ttft_s"])
+        assert isinstance(figures["scale_events"], int)
+    printed = capsys.readouterr().out
+    assert "| gang" in printed and "| oracle" in printed
+    for name in ("report.md", "timeseries.csv", "gangs_and_balloons.png", "ttft_percentiles.png"):
+        assert (report / name).stat().st_size > 0
+
+
+def test_cli_refuses_an_unknown_trace(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", "--trace", "no-such-trace", "--no-progress"]) == 2
+    assert "no-such-trace" in capsys.readouterr().err
