@@ -40,7 +40,7 @@ from autoscaler.adapters.kube_objects import (
 )
 from autoscaler.adapters.kube_state import ComponentState, KubeState
 from autoscaler.adapters.lws_scaler import LwsScaler, ScaleOutcome, ScaleResult
-from autoscaler.core.gang_plan import ComponentPlan, GangPlan
+from autoscaler.core.gang_plan import ComponentPlan, GangPlan, Reason
 from autoscaler.core.model import ComponentKey
 
 log = logging.getLogger(__name__)
@@ -216,19 +216,20 @@ class Actuator:
         change = f"{plan.current_gangs} -> {plan.desired_gangs} gangs"
         if outcome.result is ScaleResult.SCALED:
             detail = f": {plan.detail}" if plan.detail else ""
-            await self._event(
-                ref,
-                notes,
-                type_=NORMAL,
-                reason=camel_reason(plan.reason.value),
-                message=f"scaled {change} ({plan.reason.value}){detail}",
-            )
+            if plan.reason is not Reason.PARTIAL_GANG_ROLLED_BACK:
+                await self._event(
+                    ref,
+                    notes,
+                    type_=NORMAL,
+                    reason=camel_reason(plan.reason.value),
+                    message=f"scaled {change} ({plan.reason.value}){detail}",
+                )
             if plan.rolled_back_groups:
                 await self._event(
                     ref,
                     notes,
                     type_=WARNING,
-                    reason=camel_reason("partial_gang_rolled_back"),
+                    reason=camel_reason(Reason.PARTIAL_GANG_ROLLED_BACK.value),
                     message=(
                         f"groups {list(plan.rolled_back_groups)} stayed partially scheduled "
                         f"past gang-timeout and were scaled away ({change})"

@@ -1,0 +1,124 @@
+"""The Kubernetes side of the service in one object: watch, snapshot, act.
+
+    adapter = KubeAdapter(api_client, namespaces=None, may_write=elector_is_leader)
+    await adapter.start()                 # caches synced, PriorityClass checked
+    await adapter.repair_balloons()       # once, after winning the Lease
+    state = adapter.snapshot(now_s=time.time())
+    plan, memory = core.plan(state.observations(signals), state.policies, ...)
+    report = await adapter.apply(plan, state, dry_run=False)
+
+`snapshot` reads only the watch caches (no API call). `apply` writes only while `may_write()`
+holds and is safe to repeat with the same plan.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+from collections.abc import Callable, Collection
+
+from kubernetes_asyncio import client
+
+from autoscaler.adapters.balloons import ensure_priority_class
+from autoscaler.adapters.kube_apply import Actuator, ApplyReport
+from autoscaler.adapters.kube_cache import WatchCache
+from autoscaler.adapters.kube_errors import KubeAdapterError
+from autoscaler.adapters.kube_events import EventRecorder
+from autoscaler.adapters.kube_objects import LWS_GROUP, LWS_PLURAL, LWS_VERSION
+from autoscaler.adapters.kube_state import KubeState, build_state
+from autoscaler.adapters.lws_scaler import LwsScaler
+from autoscaler.core.gang_plan import GangPlan
+
+log = logging.getLogger(__name__)
+
+
+class KubeAdapter:
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        *,
+        namespaces: Collection[str] | None = None,
+        may_write: Callable[[], bool] = lambda: True,
+        can_grow: bool = True,
+        watch_timeout_s: int = 300,
+        foreign_hold_s: float = 600.0,
+        event_instance: str | None = None,
+    ) -> None:
+        self._namespaces = frozenset(namespaces) if namespaces else None
+        self._can_grow = can_grow
+        core = client.CoreV1Api(api_client)
+        custom = client.CustomObjectsApi(api_client)
+        # Pods and nodes cluster-wide: free capacity depends on every pod on a node.
+        self.pods = WatchCache(
+            core.list_pod_for_all_namespaces, name="pods", watch_timeout_s=watch_timeout_s
+        )
+        self.nodes = WatchCache(core.list_node, name="nodes", watch_timeout_s=watch_timeout_s)
+        self.lws = WatchCache(
+            functools.partial(
+                custom.list_cluster_custom_object, LWS_GROUP, LWS_VERSION, LWS_PLURAL
+            ),
+            name="leaderworkersets",
+            watch_timeout_s=watch_timeout_s,
+        )
+        self.scaler = LwsScaler(api_client, foreign_hold_s=foreign_hold_s)
+        self.events = EventRecorder(api_client, instance=event_instance)
+        self.actuator = Actuator(
+            api_client,
+            scaler=self.scaler,
+            events=self.events,
+            may_write=may_write,
+            namespaces=self._namespaces,
+        )
+        self._api_client = api_client
+        self._tasks: list[asyncio.Task[None]] = []
+        self.priority_class_status: str | None = None
+
+    @property
+    def caches(self) -> tuple[WatchCache, ...]:
+        return (self.lws, self.pods, self.nodes)
+
+    async def start(self, *, sync_timeout_s: float = 30.0) -> None:
+        """Start the watches and wait until each has listed once."""
+        for cache in self.caches:
+            self._tasks.append(asyncio.create_task(cache.run(), name=f"watch-{cache.name}"))
+        try:
+            async with asyncio.timeout(sync_timeout_s):
+                for cache in self.caches:
+                    await cache.synced.wait()
+        except TimeoutError as err:
+            unsynced = [c.name for c in self.caches if not c.synced.is_set()]
+            errors = {c.name: c.last_error for c in self.caches if c.last_error}
+            raise KubeAdapterError(f"caches {unsynced} did not sync: {errors}") from err
+
+    async def ensure_priority_class(self) -> str:
+        """Create the balloon PriorityClass if needed (call once as leader)."""
+        self.priority_class_status = await ensure_priority_class(self._api_client)
+        log.info("%s", self.priority_class_status)
+        return self.priority_class_status
+
+    def snapshot(self, *, now_s: float) -> KubeState:
+        return build_state(
+            lws_objects=self.lws.items(),
+            pods=self.pods.items(),
+            nodes=self.nodes.items(),
+            now_s=now_s,
+            namespaces=self._namespaces,
+            can_grow=self._can_grow,
+        )
+
+    async def repair_balloons(self, *, now_s: float) -> tuple[str, ...]:
+        """Delete every partial balloon gang (after a crash); the next apply recreates them."""
+        return await self.actuator.remove_partial_balloon_gangs(self.snapshot(now_s=now_s))
+
+    async def apply(self, plan: GangPlan, state: KubeState, *, dry_run: bool) -> ApplyReport:
+        return await self.actuator.apply(plan, state, dry_run=dry_run)
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()

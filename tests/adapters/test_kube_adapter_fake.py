@@ -1,0 +1,581 @@
+"""The Kubernetes adapter against the fake API server, over HTTP with kubernetes-asyncio.
+
+Nothing is monkeypatched: the adapter's own ApiClient talks to `FakeKube`, whose LWS
+controller creates the group pods and whose scheduler binds and preempts them. The LWS
+objects are the vLLM LWS guide's example (2 pods per gang, 8 GPUs each), one node per pod.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client
+
+from autoscaler.adapters.kube_adapter import KubeAdapter
+from autoscaler.adapters.kube_objects import LWS_GROUP, LWS_PLURAL, LWS_VERSION
+from autoscaler.adapters.lws_scaler import ScaleResult
+from autoscaler.core.decision import plan as core_plan
+from autoscaler.core.gang_plan import ComponentPlan, GangPlan, Memory, Reason
+from autoscaler.core.model import ComponentKey, GangState, Signals
+from autoscaler.core.shape import pod_shape_from_spec
+from tests.adapters.kube_fixtures import vllm_lws
+from tests.harness.fake_kube.resources import ResourceType
+from tests.harness.fake_kube.server import FakeKube
+
+NS = "default"
+RACK = "example.com/rack"
+ON = {"gang-autoscaler.io/enabled": "true"}
+PREFILL = ComponentKey(NS, "llama-prefill")
+DECODE = ComponentKey(NS, "llama-decode")
+
+
+def add_gpu_nodes(kube: FakeKube, count: int, *, start: int = 0, per_rack: int = 2) -> None:
+    for i in range(start, start + count):
+        kube.add_node(
+            f"gpu-{i}",
+            cpu="190",
+            memory="1500Gi",
+            gpus=8,
+            extended={"ephemeral-storage": "3000Gi"},
+            labels={RACK: f"r{i // per_rack}"},
+        )
+
+
+def lws_manifest(name: str, *, replicas: int, annotations: dict[str, str]) -> dict[str, Any]:
+    lws = vllm_lws(name=name, namespace=NS, annotations=annotations, replicas=replicas)
+    for key in ("uid", "resourceVersion"):
+        lws["metadata"].pop(key)
+    return lws
+
+
+def add_pd(kube: FakeKube, *, prefill: int = 1, decode: int = 1, extra=None) -> None:
+    common = {**ON, "gang-autoscaler.io/deployment": "llama", **(extra or {})}
+    kube.apply(
+        lws_manifest(
+            "llama-prefill",
+            replicas=prefill,
+            annotations={**common, "gang-autoscaler.io/component": "prefill"},
+        )
+    )
+    kube.apply(
+        lws_manifest(
+            "llama-decode",
+            replicas=decode,
+            annotations={**common, "gang-autoscaler.io/component": "decode"},
+        )
+    )
+
+
+@pytest.fixture
+async def kube() -> AsyncIterator[FakeKube]:
+    async with FakeKube.start(bookmark_interval_s=0.1) as server:
+        yield server
+
+
+@pytest.fixture
+async def api(kube: FakeKube) -> AsyncIterator[client.ApiClient]:
+    async with kube.api_client() as api_client:
+        yield api_client
+
+
+@pytest.fixture
+async def adapter(api: client.ApiClient) -> AsyncIterator[KubeAdapter]:
+    kube_adapter = KubeAdapter(api, watch_timeout_s=30, event_instance="test-0")
+    await kube_adapter.start(sync_timeout_s=5)
+    await kube_adapter.ensure_priority_class()
+    yield kube_adapter
+    await kube_adapter.close()
+
+
+def component_plan(
+    key: ComponentKey,
+    *,
+    current: int,
+    desired: int,
+    balloons: int = 0,
+    reason: Reason = Reason.SCALE_UP_WAITING,
+    rolled_back: tuple[int, ...] = (),
+) -> ComponentPlan:
+    return ComponentPlan(
+        key=key,
+        current_gangs=current,
+        desired_gangs=desired,
+        reason=reason,
+        balloon_gangs=balloons,
+        balloon_reason=Reason.BUFFER_MIN,
+        rolled_back_groups=rolled_back,
+    )
+
+
+def lws_pods(kube: FakeKube, name: str) -> list[dict[str, Any]]:
+    return kube.objects("pods", NS, label_selector=f"leaderworkerset.sigs.k8s.io/name={name}")
+
+
+def balloon_pods(kube: FakeKube, name: str) -> list[dict[str, Any]]:
+    return kube.objects("pods", NS, label_selector=f"gang-autoscaler.io/balloon-for={name}")
+
+
+def events(kube: FakeKube, reason: str) -> list[dict[str, Any]]:
+    return [e for e in kube.objects("events", NS) if e.get("reason") == reason]
+
+
+def spec_replicas(kube: FakeKube, name: str) -> int:
+    return int(kube.object("leaderworkersets", NS, name)["spec"]["replicas"])
+
+
+async def settle(adapter: KubeAdapter, kube: FakeKube) -> None:
+    """Wait until the watch caches have seen every change the fake has made so far."""
+    target = int(kube.store.resource_version)
+    for cache in adapter.caches:
+        await cache.wait_for(
+            lambda c=cache: c.resource_version is not None and int(c.resource_version) >= target,
+            timeout_s=5,
+        )
+
+
+# -- scaling ------------------------------------------------------------------------------
+
+
+async def test_pd_deployment_is_scaled_through_scale_and_lws_creates_whole_gangs(kube, adapter):
+    add_gpu_nodes(kube, 10)
+    add_pd(kube)
+    await settle(adapter, kube)
+    state = adapter.snapshot(now_s=time.time())
+    assert set(state.policies) == {PREFILL, DECODE}
+    plan = GangPlan(
+        {
+            PREFILL: component_plan(PREFILL, current=1, desired=2),
+            DECODE: component_plan(DECODE, current=1, desired=3),
+        }
+    )
+    report = await adapter.apply(plan, state, dry_run=False)
+    assert report.components[PREFILL].scale.result is ScaleResult.SCALED
+    assert report.components[DECODE].scale.result is ScaleResult.SCALED
+
+    patches = kube.requests("PATCH", "/scale")
+    assert len(patches) == 2
+    assert all(
+        content_type.startswith("application/merge-patch+json") for *_, content_type in patches
+    )
+    for name, gangs in (("llama-prefill", 2), ("llama-decode", 3)):
+        assert spec_replicas(kube, name) == gangs
+        pods = lws_pods(kube, name)
+        assert len(pods) == gangs * 2  # replicas x size
+        names = sorted(p["metadata"]["name"] for p in pods)
+        assert names == sorted(
+            [f"{name}-{g}" for g in range(gangs)] + [f"{name}-{g}-1" for g in range(gangs)]
+        )
+        for pod in pods:
+            labels = pod["metadata"]["labels"]
+            group, worker = (
+                labels["leaderworkerset.sigs.k8s.io/group-index"],
+                labels["leaderworkerset.sigs.k8s.io/worker-index"],
+            )
+            expected = f"{name}-{group}" if worker == "0" else f"{name}-{group}-{worker}"
+            assert pod["metadata"]["name"] == expected
+    (scaled,) = (
+        events(kube, "ScaleUpWaiting")
+        if False
+        else [
+            e
+            for e in events(kube, "ScaleUpWaiting")
+            if e["involvedObject"]["name"] == "llama-decode"
+        ]
+    )
+    assert scaled["type"] == "Normal" and "1 -> 3 gangs" in scaled["message"]
+
+    # The same plan again, after the caches caught up, writes nothing: apply is idempotent.
+    await settle(adapter, kube)
+    state = adapter.snapshot(now_s=time.time())
+    again = GangPlan(
+        {
+            PREFILL: component_plan(PREFILL, current=2, desired=2),
+            DECODE: component_plan(DECODE, current=3, desired=3),
+        }
+    )
+    await adapter.apply(again, state, dry_run=False)
+    assert len(kube.requests("PATCH", "/scale")) == 2
+    observed = state.observations({}).components[DECODE]
+    assert observed.ready_gangs == 3
+
+
+async def test_dry_run_writes_nothing(kube, adapter):
+    add_gpu_nodes(kube, 4)
+    add_pd(kube)
+    await settle(adapter, kube)
+    state = adapter.snapshot(now_s=time.time())
+    plan = GangPlan({DECODE: component_plan(DECODE, current=1, desired=2, balloons=1)})
+    writes_before = len(kube.requests("POST")) + len(kube.requests("PATCH"))
+    await adapter.apply(plan, state, dry_run=True)
+    assert len(kube.requests("POST")) + len(kube.requests("PATCH")) == writes_before
+    assert spec_replicas(kube, "llama-decode") == 1
+
+
+async def test_partial_decode_gang_is_scaled_away_after_its_timeout_with_an_event(kube, adapter):
+    # 5 nodes: prefill takes 2, decode group 0 takes 2, decode group 1 gets one of its 2 pods.
+    add_gpu_nodes(kube, 5)
+    add_pd(kube, decode=2, extra={"gang-autoscaler.io/gang-timeout": "1m"})
+    await settle(adapter, kube)
+    state = adapter.snapshot(now_s=time.time())
+    decode = state.observations({}).components[DECODE]
+    assert [g.state for g in decode.gangs] == [GangState.READY, GangState.PARTIAL]
+    since = decode.gangs[1].not_ready_since_s
+    assert since is not None and abs(since - time.time()) < 120
+
+    # Load that keeps two gangs busy (8 waiting requests, target 4 per gang over 1 ready
+    # gang), so only the partial-gang rule can take decode down.
+    signals = {
+        PREFILL: Signals(waiting_requests=4.0, kv_usage_fraction=0.8),
+        DECODE: Signals(waiting_requests=8.0, kv_usage_fraction=0.8),
+    }
+    observations = state.observations(signals)
+    within, _ = core_plan(observations, state.policies, {}, Memory(), now=since + 30)
+    assert within.components[DECODE].desired_gangs == 2  # still within the timeout
+
+    after, _ = core_plan(observations, state.policies, {}, Memory(), now=since + 61)
+    decode_plan = after.components[DECODE]
+    assert decode_plan.rolled_back_groups == (1,)
+    assert decode_plan.desired_gangs == 1
+    report = await adapter.apply(after, state, dry_run=False)
+    assert report.components[DECODE].scale.result is ScaleResult.SCALED
+    assert spec_replicas(kube, "llama-decode") == 1
+    assert len(lws_pods(kube, "llama-decode")) == 2
+    (rolled,) = events(kube, "PartialGangRolledBack")
+    assert rolled["type"] == "Warning" and "groups [1]" in rolled["message"]
+    assert rolled["involvedObject"]["name"] == "llama-decode"
+
+
+# -- conflicts and other writers ---------------------------------------------------------
+
+
+async def test_a_stale_write_gets_409_and_converges(kube, adapter, api):
+    add_gpu_nodes(kube, 6)
+    add_pd(kube)
+    await settle(adapter, kube)
+    state = adapter.snapshot(now_s=time.time())
+    # Someone labels the LWS after our observation: its resourceVersion moves, replicas don't.
+    await client.CustomObjectsApi(api).patch_namespaced_custom_object(
+        LWS_GROUP,
+        LWS_VERSION,
+        NS,
+        LWS_PLURAL,
+        "llama-decode",
+        {"metadata": {"labels": {"team": "inference"}}},
+        _content_type="application/merge-patch+json",
+    )
+    plan = GangPlan({DECODE: component_plan(DECODE, current=1, desired=2)})
+    report = await adapter.apply(plan, state, dry_run=False)
+    outcome = report.components[DECODE].scale
+    assert outcome.result is ScaleResult.SCALED
+    assert outcome.conflicts == 1
+    assert len(kube.requests("PATCH", "llama-decode/scale")) == 2
+    assert spec_replicas(kube, "llama-decode") == 2
+
+
+async def test_a_manual_scale_is_reported_not_fought(kube, adapter, api):
+    add_gpu_nodes(kube, 10)
+    add_pd(kube)
+    await settle(adapter, kube)
+    state = adapter.snapshot(now_s=time.time())
+    await adapter.apply(
+        GangPlan({DECODE: component_plan(DECODE, current=1, desired=2)}), state, dry_run=False
+    )
+    # An operator runs `kubectl scale lws llama-decode --replicas=4`.
+    await client.CustomObjectsApi(api).patch_namespaced_custom_object_scale(
+        LWS_GROUP,
+        LWS_VERSION,
+        NS,
+        LWS_PLURAL,
+        "llama-decode",
+        {"spec": {"replicas": 4}},
+        _content_type="application/merge-patch+json",
+    )
+    await settle(adapter, kube)
+    state = adapter.snapshot(now_s=time.time())
+    for _ in range(2):
+        report = await adapter.apply(
+            GangPlan({DECODE: component_plan(DECODE, current=4, desired=2)}), state, dry_run=False
+        )
+        assert report.components[DECODE].scale.result is ScaleResult.OTHER_WRITER
+    assert spec_replicas(kube, "llama-decode") == 4
+    (warning,) = events(kube, "AnotherWriter")
+    assert warning["type"] == "Warning" and "from 2 (our last write) to 4" in warning["message"]
+    assert warning["count"] == 2  # the held second pass bumps the same Event
+
+
+async def test_an_hpa_on_the_lws_is_reported_and_nothing_is_written(kube, adapter, api):
+    # The fake serves no HPAs natively; register the autoscaling/v2 type on it.
+    kube.registry.add(
+        ResourceType(
+            "autoscaling",
+            "v2",
+            "horizontalpodautoscalers",
+            "horizontalpodautoscaler",
+            "HorizontalPodAutoscaler",
+            True,
+            ("hpa",),
+        )
+    )
+    add_gpu_nodes(kube, 4)
+    add_pd(kube)
+    kube.apply(
+        {
+            "apiVersion": "autoscaling/v2",
+            "kind": "HorizontalPodAutoscaler",
+            "metadata": {"name": "decode-cpu", "namespace": NS},
+            "spec": {
+                "scaleTargetRef": {
+                    "apiVersion": "leaderworkerset.x-k8s.io/v1",
+                    "kind": "LeaderWorkerSet",
+                    "name": "llama-decode",
+                },
+                "minReplicas": 1,
+                "maxReplicas": 4,
+            },
+        }
+    )
+    await settle(adapter, kube)
+    state = adapter.snapshot(now_s=time.time())
+    report = await adapter.apply(
+        GangPlan({DECODE: component_plan(DECODE, current=1, desired=2)}), state, dry_run=False
+    )
+    assert report.components[DECODE].scale.result is ScaleResult.OTHER_WRITER
+    assert kube.requests("PATCH", "/scale") == []
+    (warning,) = events(kube, "AnotherWriter")
+    assert "HorizontalPodAutoscaler default/decode-cpu" in warning["message"]
+
+
+async def test_a_rejected_annotation_makes_one_warning_event_and_no_scale_change(kube, adapter):
+    add_gpu_nodes(kube, 4)
+    add_pd(kube, extra={"gang-autoscaler.io/max-replicas": "many"})
+    await settle(adapter, kube)
+    for tick in range(3):
+        state = adapter.snapshot(now_s=time.time())
+        assert state.policies == {}
+        signals = {k: Signals(waiting_requests=40.0) for k in (PREFILL, DECODE)}
+        plan, _ = core_plan(state.observations(signals), state.policies, {}, Memory(), now=tick)
+        assert plan.components[DECODE].hold
+        await adapter.apply(plan, state, dry_run=False)
+    assert kube.requests("PATCH", "/scale") == []
+    assert spec_replicas(kube, "llama-decode") == 1
+    warnings = [
+        e for e in events(kube, "InvalidPolicy") if e["involvedObject"]["name"] == "llama-decode"
+    ]
+    assert len(warnings) == 1
+    (warning,) = warnings
+    assert warning["type"] == "Warning" and warning["count"] == 3
+    assert "gang-autoscaler.io/max-replicas" in warning["message"]
+    assert warning["lastTimestamp"] >= warning["firstTimestamp"]
+
+
+# -- balloon gangs ------------------------------------------------------------------------
+
+
+def decode_exclusive(kube: FakeKube, *, replicas: int) -> None:
+    lws = lws_manifest("llama-decode", replicas=replicas, annotations={**ON})
+    lws["metadata"]["annotations"]["leaderworkerset.sigs.k8s.io/exclusive-topology"] = RACK
+    kube.apply(lws)
+
+
+async def test_balloon_gangs_copy_the_lws_shape_and_hold_one_topology_domain(kube, adapter):
+    add_gpu_nodes(kube, 6)
+    decode_exclusive(kube, replicas=1)
+    key = ComponentKey(NS, "llama-decode")
+    await settle(adapter, kube)
+    state = adapter.snapshot(now_s=time.time())
+    plan = GangPlan({key: component_plan(key, current=1, desired=1, balloons=2)})
+    report = await adapter.apply(plan, state, dry_run=False)
+    assert report.components[key].balloons.created_gangs == (0, 1)
+
+    real = {
+        p["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/worker-index"]: p
+        for p in lws_pods(kube, "llama-decode")
+    }
+    balloons = balloon_pods(kube, "llama-decode")
+    assert len(balloons) == 4
+    racks_by_gang: dict[str, set[str]] = {}
+    nodes = {n["metadata"]["name"]: n for n in kube.objects("nodes")}
+    for pod in balloons:
+        member = pod["metadata"]["labels"]["gang-autoscaler.io/balloon-member"]
+        twin = real[member]
+        assert (
+            pod_shape_from_spec(pod["spec"]).requests == pod_shape_from_spec(twin["spec"]).requests
+        )
+        assert pod_shape_from_spec(pod["spec"]).limits == pod_shape_from_spec(twin["spec"]).limits
+        assert pod["spec"]["priority"] == -5
+        node = pod["spec"]["nodeName"]
+        gang = pod["metadata"]["labels"]["gang-autoscaler.io/balloon-gang"]
+        racks_by_gang.setdefault(gang, set()).add(nodes[node]["metadata"]["labels"][RACK])
+    assert all(len(racks) == 1 for racks in racks_by_gang.values())
+
+    await settle(adapter, kube)
+    state = adapter.snapshot(now_s=time.time())
+    assert state.observations({}).components[key].balloon_gangs == 2
+    # Balloon pods count as free capacity: every node has 8 GPUs a real gang could take,
+    # except the two the real gang runs on.
+    free_gpus = sorted(n.free["nvidia.com/gpu"] for n in state.cluster.nodes)
+    assert free_gpus == [0, 0, 8, 8, 8, 8]
+
+    # Shrinking the buffer removes the highest-numbered gang first.
+    plan = GangPlan({key: component_plan(key, current=1, desired=1, balloons=1)})
+    await adapter.apply(plan, state, dry_run=False)
+    assert sorted(p["metadata"]["name"] for p in balloon_pods(kube, "llama-decode")) == [
+        "llama-decode-balloon-0-0",
+        "llama-decode-balloon-0-1",
+    ]
+
+
+async def test_a_real_scale_up_preempts_a_whole_balloon_gang_and_it_is_recreated(kube, adapter):
+    add_gpu_nodes(kube, 4)
+    decode_exclusive(kube, replicas=1)
+    key = ComponentKey(NS, "llama-decode")
+    await settle(adapter, kube)
+    state = adapter.snapshot(now_s=time.time())
+    await adapter.apply(
+        GangPlan({key: component_plan(key, current=1, desired=1, balloons=1)}), state, dry_run=False
+    )
+    assert all(p["spec"].get("nodeName") for p in balloon_pods(kube, "llama-decode"))
+
+    # Demand arrives: the real LWS grows into the capacity the balloon gang held.
+    await settle(adapter, kube)
+    state = adapter.snapshot(now_s=time.time())
+    report = await adapter.apply(
+        GangPlan({key: component_plan(key, current=1, desired=2, balloons=1)}), state, dry_run=False
+    )
+    assert report.components[key].scale.result is ScaleResult.SCALED
+    victims = sorted(v for v, _ in kube.preemptions)
+    assert victims == [f"{NS}/llama-decode-balloon-0-0", f"{NS}/llama-decode-balloon-0-1"]
+    assert all(p["spec"].get("nodeName") for p in lws_pods(kube, "llama-decode"))
+    assert len(lws_pods(kube, "llama-decode")) == 4
+
+    # The next pass recreates the balloon gang whole; it waits (Pending) for new nodes, and
+    # lands in one rack once the cluster grows.
+    await settle(adapter, kube)
+    state = adapter.snapshot(now_s=time.time())
+    await adapter.apply(
+        GangPlan({key: component_plan(key, current=2, desired=2, balloons=1)}), state, dry_run=False
+    )
+    balloons = balloon_pods(kube, "llama-decode")
+    assert len(balloons) == 2 and not any(p["spec"].get("nodeName") for p in balloons)
+    add_gpu_nodes(kube, 2, start=4)
+    balloons = balloon_pods(kube, "llama-decode")
+    assert {p["spec"].get("nodeName") for p in balloons} == {"gpu-4", "gpu-5"}
+
+
+async def test_a_balloon_gang_missing_one_member_is_deleted_whole_and_recreated(kube, adapter):
+    add_gpu_nodes(kube, 6)
+    decode_exclusive(kube, replicas=1)
+    key = ComponentKey(NS, "llama-decode")
+    await settle(adapter, kube)
+    plan = GangPlan({key: component_plan(key, current=1, desired=1, balloons=1)})
+    await adapter.apply(plan, adapter.snapshot(now_s=time.time()), dry_run=False)
+    first_uids = {p["metadata"]["uid"] for p in balloon_pods(kube, "llama-decode")}
+
+    # A higher-priority single-pod workload takes one balloon member's node.
+    kube.add_priority_class("batch-high", 1000)
+    taker = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "taker", "namespace": NS},
+        "spec": {
+            "priorityClassName": "batch-high",
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "busybox",
+                    "resources": {"requests": {"nvidia.com/gpu": "8"}},
+                }
+            ],
+        },
+    }
+    # Fill the free nodes first so the taker must preempt.
+    for i in range(2):
+        filler = copy.deepcopy(taker)
+        filler["metadata"]["name"] = f"filler-{i}"
+        filler["spec"].pop("priorityClassName")
+        kube.apply(filler)
+    kube.apply(taker)
+    assert len(kube.preemptions) == 1
+    assert len(balloon_pods(kube, "llama-decode")) == 1
+
+    await settle(adapter, kube)
+    report = await adapter.apply(plan, adapter.snapshot(now_s=time.time()), dry_run=False)
+    applied = report.components[key]
+    assert applied.balloon_plan.broken_gangs == (0,)
+    (recreated,) = events(kube, "BalloonGangRecreated")
+    assert "balloon gangs [0]" in recreated["message"]
+    # The survivor was deleted this pass; the next pass recreates the gang whole.
+    await settle(adapter, kube)
+    await adapter.apply(plan, adapter.snapshot(now_s=time.time()), dry_run=False)
+    balloons = balloon_pods(kube, "llama-decode")
+    assert len(balloons) == 2
+    assert not first_uids & {p["metadata"]["uid"] for p in balloons}
+
+
+async def test_start_up_repair_deletes_a_partial_balloon_gang_left_by_a_crash(kube, adapter, api):
+    add_gpu_nodes(kube, 6)
+    decode_exclusive(kube, replicas=1)
+    key = ComponentKey(NS, "llama-decode")
+    await settle(adapter, kube)
+    plan = GangPlan({key: component_plan(key, current=1, desired=1, balloons=2)})
+    await adapter.apply(plan, adapter.snapshot(now_s=time.time()), dry_run=False)
+    # A crash between two member creations leaves gang 1 with its leader only.
+    kube.remove("pods", NS, "llama-decode-balloon-1-1")
+    await settle(adapter, kube)
+    deleted = await adapter.repair_balloons(now_s=time.time())
+    assert deleted == (f"{NS}/llama-decode-balloon-1-0",)
+    assert sorted(p["metadata"]["name"] for p in balloon_pods(kube, "llama-decode")) == [
+        "llama-decode-balloon-0-0",
+        "llama-decode-balloon-0-1",
+    ]
+
+
+async def test_balloons_of_an_lws_that_opted_out_are_removed(kube, adapter, api):
+    add_gpu_nodes(kube, 6)
+    decode_exclusive(kube, replicas=1)
+    key = ComponentKey(NS, "llama-decode")
+    await settle(adapter, kube)
+    plan = GangPlan({key: component_plan(key, current=1, desired=1, balloons=1)})
+    await adapter.apply(plan, adapter.snapshot(now_s=time.time()), dry_run=False)
+    await client.CustomObjectsApi(api).patch_namespaced_custom_object(
+        LWS_GROUP,
+        LWS_VERSION,
+        NS,
+        LWS_PLURAL,
+        "llama-decode",
+        {"metadata": {"annotations": {"gang-autoscaler.io/enabled": "false"}}},
+        _content_type="application/merge-patch+json",
+    )
+    await settle(adapter, kube)
+    report = await adapter.apply(GangPlan({}), adapter.snapshot(now_s=time.time()), dry_run=False)
+    assert len(report.orphan_balloons_deleted) == 2
+    assert balloon_pods(kube, "llama-decode") == []
+
+
+# -- caches -------------------------------------------------------------------------------
+
+
+async def test_caches_relist_after_410_gone_and_see_later_changes(kube, adapter):
+    add_gpu_nodes(kube, 6)
+    add_pd(kube)
+    await settle(adapter, kube)
+    lists_before = adapter.pods.lists
+    # The watches drop, pods change while they are down, and the history is compacted: the
+    # resumed watch gets 410 Gone and the caches must list again. (No await in between, so
+    # no watch can resume early.)
+    kube.expire_watches()
+    kube.remove("pods", NS, "llama-decode-0-1")  # the LWS controller recreates the group
+    kube.compact()
+    await adapter.pods.wait_for(lambda: adapter.pods.lists > lists_before, timeout_s=5)
+    await settle(adapter, kube)
+    cached = {
+        (p["metadata"]["name"], p["metadata"]["uid"])
+        for p in adapter.pods.items()
+        if p["metadata"]["namespace"] == NS
+    }
+    stored = {(p["metadata"]["name"], p["metadata"]["uid"]) for p in kube.objects("pods", NS)}
+    assert cached == stored
