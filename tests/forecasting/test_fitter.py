@@ -142,3 +142,29 @@ def test_observations_going_back_in_time_are_refused() -> None:
         fitter.observe("x", [100.0], [1.0])
         with pytest.raises(ValueError, match="back in time"):
             fitter.observe("x", [50.0], [1.0])
+
+
+def test_history_is_bounded_and_a_fit_in_flight_still_replays_what_it_missed() -> None:
+    ends, rates = five_minute_m_small(days=3)
+    make = functools.partial(make_forecaster, "persistence", step_s=FIVE_MIN_S)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        fitter: BackgroundFitter[str] = BackgroundFitter(
+            make_forecaster=make, executor=pool, refit_interval_s=60, max_history_s=86_400
+        )
+        fitter.observe("x", ends[:400].tolist(), rates[:400].tolist())
+        fitter.tick(now_s=0)
+        state = fitter._series["x"]
+        state.in_flight.result(timeout=30)  # finished, but not collected until the next tick
+        for i in range(400, ends.size - 1):
+            fitter.observe("x", [float(ends[i])], [float(rates[i])])
+        # Trimming stops at what the in-flight fit has not seen (row 400 on).
+        assert state.dropped <= 400
+        assert state.timestamps_s[0] <= ends[400]
+        fitter.tick(now_s=1)
+        assert fitter.fits_completed("x") == 1
+        assert state.forecaster.last_window_end_s == ends[-2]
+        fitter.observe("x", [float(ends[-1])], [float(rates[-1])])
+    # With nothing in flight the buffer is cut back to about a day.
+    assert state.timestamps_s[-1] - state.timestamps_s[0] <= 1.1 * 86_400
+    assert state.dropped > 400
+    assert fitter.forecast("x", 300).point == rates[-1]

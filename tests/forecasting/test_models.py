@@ -1,0 +1,99 @@
+"""The cheap updates give the same forecasts as running statsmodels over the whole history.
+
+Series are cut from the shared ServeGen traces (rows named in each test), 600 s windows.
+"""
+
+from __future__ import annotations
+
+import pickle
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+from statsmodels.tsa.holtwinters import ExponentialSmoothing
+from statsmodels.tsa.statespace.structural import UnobservedComponents
+
+from forecasting.models import make_forecaster
+from forecasting.series import Series
+from tests.forecasting.traces import DAY_WINDOWS, STEP_S, servegen_cut
+
+TRAIN = 3 * DAY_WINDOWS
+EXTRA = 40
+
+
+@pytest.mark.parametrize(
+    ("trace", "start"),
+    [
+        pytest.param("m-small", 0, id="m-small-rows-0-471"),
+        # Rows 1300-1771 of m-mid include the 23-window collection gap at rows 1410-1432.
+        pytest.param("m-mid", 1300, id="m-mid-rows-1300-1771-with-gap"),
+    ],
+)
+def test_state_space_extend_matches_a_full_filter(trace: str, start: int) -> None:
+    history = servegen_cut(trace, start, start + TRAIN + EXTRA)
+    forecaster = make_forecaster("state_space", step_s=STEP_S)
+    forecaster.fit(Series(history.timestamps_s[:TRAIN], history.values[:TRAIN]))
+    for i in range(TRAIN, TRAIN + EXTRA):
+        forecaster.update([history.timestamps_s[i]], [history.values[i]])
+    results = forecaster._results
+    # O(1): the kept results hold only the windows since the last extension, not the history.
+    assert results.nobs == 1
+    assert len(pickle.dumps(results)) < 1_000_000
+    full = UnobservedComponents(
+        history.values, level="llevel", freq_seasonal=[{"period": DAY_WINDOWS, "harmonics": 4}]
+    ).filter(results.params)
+    expected = full.get_forecast(6)
+    for steps in (1, 3, 6):
+        point, upper = forecaster._model_forecast(steps)
+        assert point == pytest.approx(expected.predicted_mean[steps - 1], rel=1e-6)
+        sd = np.sqrt(expected.var_pred_mean[steps - 1])
+        assert upper == pytest.approx(point + 1.2815515655446004 * sd, rel=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("trace", "start"),
+    [
+        pytest.param("m-small", 0, id="m-small-rows-0-471"),
+        pytest.param("m-mid", 0, id="m-mid-rows-0-471"),
+    ],
+)
+def test_holt_winters_recursion_matches_statsmodels_with_the_fitted_weights(
+    trace: str, start: int
+) -> None:
+    history = servegen_cut(trace, start, start + TRAIN + EXTRA)
+    assert np.isfinite(history.values).all()  # the fit interpolates gaps; keep this exact
+    forecaster = make_forecaster("holt_winters", step_s=STEP_S)
+    forecaster.fit(Series(history.timestamps_s[:TRAIN], history.values[:TRAIN]))
+    for i in range(TRAIN, TRAIN + EXTRA):
+        forecaster.update([history.timestamps_s[i]], [history.values[i]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        first = ExponentialSmoothing(
+            history.values[:TRAIN], seasonal="add", seasonal_periods=DAY_WINDOWS
+        ).fit(method="least_squares")
+        params = first.params
+        rerun = ExponentialSmoothing(
+            pd.Series(history.values),
+            seasonal="add",
+            seasonal_periods=DAY_WINDOWS,
+            initialization_method="known",
+            initial_level=params["initial_level"],
+            initial_seasonal=params["initial_seasons"],
+        ).fit(
+            smoothing_level=params["smoothing_level"],
+            smoothing_seasonal=params["smoothing_seasonal"],
+            optimized=False,
+        )
+    expected = np.asarray(rerun.forecast(6))
+    for steps in (1, 3, 6):
+        assert forecaster._model_forecast(steps)[0] == pytest.approx(expected[steps - 1])
+
+
+def test_a_missing_window_advances_holt_winters_without_correcting_the_level() -> None:
+    history = servegen_cut("m-small", 0, TRAIN)
+    forecaster = make_forecaster("holt_winters", step_s=STEP_S)
+    forecaster.fit(history)
+    two_ahead = forecaster._model_forecast(2)[0]
+    forecaster.update([history.timestamps_s[-1] + STEP_S], [np.nan])
+    assert forecaster._model_forecast(1)[0] == pytest.approx(two_ahead)
