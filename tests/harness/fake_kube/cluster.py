@@ -16,10 +16,11 @@ import random
 import re
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from tests.harness.fake_kube import errors
-from tests.harness.fake_kube.crd import CustomResource, leaderworkerset_crd
+from tests.harness.fake_kube.crd import CustomResource, leaderworkerset_crd, load_crd
 from tests.harness.fake_kube.errors import ApiError
 from tests.harness.fake_kube.patching import (
     MERGE_PATCH,
@@ -78,6 +79,7 @@ class Cluster:
         pod_ready_delay_s: float | None = 0.0,
         namespaces: tuple[str, ...] = DEFAULT_NAMESPACES,
         clock: Callable[[], dt.datetime] | None = None,
+        crd_files: tuple[Path, ...] = (),
     ) -> None:
         self.registry = Registry(BUILTIN_TYPES)
         self.store = Store(history_limit=history_limit)
@@ -93,6 +95,8 @@ class Cluster:
         self.preemptions: list[tuple[str, str]] = []  # (victim, preemptor) as "ns/name"
         self._controllers: list[Callable[[Cluster], None]] = []
         self.add_custom_resource(leaderworkerset_crd())
+        for path in crd_files:
+            self.add_custom_resource(load_crd(path))
         for name in namespaces:
             self.create(self.registry.get("", "namespaces"), None, {"metadata": {"name": name}})
 

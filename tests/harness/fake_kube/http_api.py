@@ -239,6 +239,10 @@ class KubeHttpApi:
             raise ApiError(
                 404, reason="NotFound", message="the server could not find the requested resource"
             )
+        if params.get("dryRun"):
+            # Refused rather than ignored: ignoring it would write what the client only
+            # meant to try.
+            raise errors.bad_request("dryRun is not supported by the fake API server")
         if method in ("POST", "PUT") and self._content_type(request) not in _JSON_TYPES:
             raise errors.unsupported_media_type(
                 self._content_type(request), ["application/json", "application/yaml"]

@@ -35,8 +35,10 @@ class FakeKube(Cluster):
         watch_timeout_s: float = 1800.0,
         namespaces: tuple[str, ...] = DEFAULT_NAMESPACES,
         clock: Callable[[], Any] | None = None,
+        crd_files: tuple[Path, ...] = (),
     ) -> None:
         super().__init__(
+            crd_files=crd_files,
             history_limit=history_limit,
             auto_reconcile=auto_reconcile,
             pod_ready_delay_s=pod_ready_delay_s,
