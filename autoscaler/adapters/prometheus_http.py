@@ -22,6 +22,7 @@ from typing import Any
 import requests
 from prometheus_api_client import PrometheusConnect
 from prometheus_api_client.exceptions import PrometheusApiClientException
+from urllib3.exceptions import ReadTimeoutError
 from urllib3.util.retry import Retry
 
 log = logging.getLogger(__name__)
@@ -74,6 +75,11 @@ def _classify(err: Exception) -> tuple[str, int | None]:
     if isinstance(err, requests.Timeout):
         return "timeout", None
     if isinstance(err, requests.ConnectionError):
+        # With urllib3 retries at 0, a read timeout arrives wrapped in MaxRetryError and
+        # requests reports it as a ConnectionError; the wrapped reason tells them apart.
+        reason = getattr(err.args[0], "reason", None) if err.args else None
+        if isinstance(reason, ReadTimeoutError):
+            return "timeout", None
         return "connection", None
     if isinstance(err, PrometheusApiClientException):
         # The client only says "HTTP Status Code 503 (b'...')"; the status is in the text.

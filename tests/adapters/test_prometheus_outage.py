@@ -1,0 +1,160 @@
+"""Prometheus trouble never stops the tick: every signal becomes None, the error is counted.
+
+A real Prometheus that is stopped and started again, plus HTTP fakes (aiohttp on the test's
+own event loop, which stays free because queries run in threads) for what a real server
+will not do on demand: hang, answer 503, 400 or garbage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+
+import pytest
+from aiohttp import web
+
+from autoscaler.adapters.prometheus_http import PrometheusUnavailable
+from autoscaler.adapters.prometheus_queries import PrometheusQueries
+from autoscaler.adapters.prometheus_source import ComponentTarget, PrometheusSource
+from autoscaler.core.model import Component, ComponentKey, Signals
+from tests.harness.prometheus_server import PrometheusServer
+from tests.harness.vllm_exporter import PodValues, VllmExporter
+
+KEY = ComponentKey("prod", "llama-3-70b")
+TARGETS = [
+    ComponentTarget(key=KEY, component=Component.UNIFIED, ready_group_indexes=frozenset({0}))
+]
+QUERIES = PrometheusQueries.vllm(rate_window="5s", mean_window="5s")
+SIGNAL_NAMES = ("waiting_requests", "running_requests", "kv_usage_fraction", "demand")
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def all_none(signals: Signals) -> bool:
+    return all(getattr(signals, name) is None for name in SIGNAL_NAMES)
+
+
+@asynccontextmanager
+async def serve(handler: Handler) -> AsyncIterator[tuple[str, list[web.Request]]]:
+    seen: list[web.Request] = []
+
+    async def record(request: web.Request) -> web.StreamResponse:
+        seen.append(request)
+        return await handler(request)
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", record)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        yield f"http://127.0.0.1:{port}", seen
+    finally:
+        await runner.cleanup()
+
+
+@pytest.mark.prometheus
+async def test_stopped_prometheus_gives_none_within_timeout_then_recovers() -> None:
+    with VllmExporter() as exporter:
+        exporter.add_lws(namespace="prod", lws="llama-3-70b", gangs=1, pods_per_gang=2,
+                         values=PodValues(waiting=2.0, running=9.0))  # fmt: skip
+        with PrometheusServer(targets=exporter.targets()) as prometheus:
+            prometheus.wait_for_series("vllm:num_requests_running", count=1)
+            errors: list[PrometheusUnavailable] = []
+            source = PrometheusSource(
+                url=prometheus.url, queries=QUERIES, timeout_s=2.0, on_error=errors.append
+            )
+            assert (await source.observe(TARGETS))[KEY].running_requests == 9.0
+
+            prometheus.stop()
+            started = time.monotonic()
+            signals = (await source.observe(TARGETS))[KEY]
+            took_s = time.monotonic() - started
+            assert all_none(signals), signals
+            assert set(signals.missing_reasons) == set(SIGNAL_NAMES)
+            assert signals.missing_reasons["waiting_requests"].startswith("prometheus connection")
+            assert took_s < 2.0
+            assert source.stats.errors["connection"] == 6  # one per query, after one retry
+            assert source.stats.last_tick_queries == 12  # the retry is the only one
+            assert len(errors) == 6 and {e.kind for e in errors} == {"connection"}
+
+            prometheus.start()
+            deadline = time.monotonic() + 20.0
+            # Gauges come back from the WAL at once; rate() needs fresh scrapes (after the
+            # 5 s service-discovery delay of a starting Prometheus).
+            while signals.missing_reasons and time.monotonic() < deadline:
+                await asyncio.sleep(0.5)
+                signals = (await source.observe(TARGETS))[KEY]
+            assert signals.running_requests == 9.0
+            assert signals.waiting_requests == 2.0
+            assert signals.missing_reasons == {}
+
+
+async def test_hanging_prometheus_gives_none_within_the_timeout() -> None:
+    async def hang(request: web.Request) -> web.StreamResponse:
+        await asyncio.sleep(30)
+        return web.json_response({})
+
+    async with serve(hang) as (url, seen):
+        source = PrometheusSource(url=url, queries=QUERIES, timeout_s=1.0)
+        started = time.monotonic()
+        signals = (await source.observe(TARGETS))[KEY]
+        took_s = time.monotonic() - started
+        assert all_none(signals)
+        assert signals.missing_reasons["demand"].startswith("prometheus timeout")
+        assert 0.9 < took_s < 1.7
+        assert source.stats.errors["timeout"] == 6
+        assert len(seen) == 6  # a timeout is not retried: the deadline is spent
+        # The server-side evaluation deadline travels with the query.
+        assert {r.query["timeout"] for r in seen} <= {f"{ms}ms" for ms in range(900, 1001)}
+
+
+@pytest.mark.parametrize(
+    ("status", "kind", "requests_per_query"),
+    [
+        pytest.param(503, "http_5xx", 2, id="503-retried-once"),
+        pytest.param(500, "http_5xx", 1, id="500-not-retried"),
+        pytest.param(400, "http_4xx", 1, id="400-not-retried"),
+        pytest.param(200, "bad_response", 1, id="200-not-json"),
+    ],
+)
+async def test_http_errors_give_none_and_are_counted(
+    status: int, kind: str, requests_per_query: int
+) -> None:
+    async def answer(request: web.Request) -> web.StreamResponse:
+        return web.Response(status=status, text="<html>proxy error</html>")
+
+    async with serve(answer) as (url, seen):
+        source = PrometheusSource(url=url, queries=QUERIES, timeout_s=3.0)
+        signals = (await source.observe(TARGETS))[KEY]
+        assert all_none(signals)
+        assert signals.missing_reasons["kv_usage_fraction"].startswith(f"prometheus {kind}")
+        assert source.stats.errors == {kind: 6}
+        assert len(seen) == 6 * requests_per_query
+        # The next tick works again as soon as Prometheus does.
+        assert source.stats.last_error is not None
+
+
+async def test_one_failing_query_leaves_the_others() -> None:
+    async def answer(request: web.Request) -> web.StreamResponse:
+        query = request.query["query"]
+        if "kv_cache_usage_perc" in query:
+            return web.json_response(
+                {"status": "error", "errorType": "bad_data", "error": "parse error"}, status=400
+            )
+        now = time.time()
+        value = str(now - 1) if "timestamp(" in query else "3"
+        row = {"metric": {"namespace": "prod", "pod": "llama-3-70b-0"}, "value": [now, value]}
+        return web.json_response({"status": "success", "data": {"resultType": "vector",
+                                                                "result": [row]}})  # fmt: skip
+
+    async with serve(answer) as (url, _seen):
+        source = PrometheusSource(url=url, queries=QUERIES, timeout_s=3.0)
+        signals = (await source.observe(TARGETS))[KEY]
+    assert signals.kv_usage_fraction is None
+    assert signals.missing_reasons.keys() == {"kv_usage_fraction"}
+    assert (signals.waiting_requests, signals.running_requests, signals.demand) == (3.0,) * 3
