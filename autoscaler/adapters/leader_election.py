@@ -85,6 +85,9 @@ class LeaderElector:
         self._on_stopped = on_stopped_leading
         self._leading = False
         self._task: asyncio.Task[None] | None = None
+        # The elector runs the leading callback as its own task and cancels it only when a
+        # renewal fails; stop() cancels it too.
+        self._lead_task: asyncio.Task[Any] | None = None
         self.became_leader = asyncio.Event()
         self.terms = 0  # how many times this instance became leader
 
@@ -105,6 +108,7 @@ class LeaderElector:
         return self._leading and last is not None and self._clock() - last < self._renew_deadline_s
 
     async def _lead(self) -> None:
+        self._lead_task = asyncio.current_task()
         self._leading = True
         self.terms += 1
         self.became_leader.set()
@@ -148,6 +152,11 @@ class LeaderElector:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+        if self._lead_task is not None:
+            self._lead_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._lead_task
+            self._lead_task = None
         if release and was_leader:
             await self._release()
 

@@ -1,0 +1,116 @@
+"""Leader election on one Lease in the fake API server: one writer at a time, takeover after
+the lease expires, fast handover on release."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from autoscaler.adapters.kube_adapter import KubeAdapter
+from autoscaler.adapters.kube_errors import NotLeader
+from autoscaler.adapters.leader_election import LeaderElector
+from autoscaler.core.gang_plan import ComponentPlan, GangPlan, Reason
+from autoscaler.core.model import ComponentKey
+from tests.adapters.test_kube_adapter_fake import NS, add_gpu_nodes, add_pd, settle
+from tests.harness.fake_kube.server import FakeKube
+
+DECODE = ComponentKey(NS, "llama-decode")
+LEASE = dict(lease_duration_s=3, renew_deadline_s=2, retry_period_s=1)
+
+
+def scale_to(current: int, desired: int) -> GangPlan:
+    return GangPlan(
+        {
+            DECODE: ComponentPlan(
+                key=DECODE,
+                current_gangs=current,
+                desired_gangs=desired,
+                reason=Reason.SCALE_UP_WAITING,
+                balloon_gangs=0,
+                balloon_reason=Reason.BUFFER_MIN,
+            )
+        }
+    )
+
+
+async def test_inconsistent_durations_fail_at_construction():
+    async with FakeKube.start() as kube, kube.api_client() as api:
+        with pytest.raises(ValueError, match="lease_duration must be greater"):
+            LeaderElector(api, identity="a", lease_namespace=NS, **{**LEASE, "lease_duration_s": 2})
+
+
+async def test_two_instances_with_one_lease_never_both_write():
+    async with FakeKube.start(bookmark_interval_s=0.1) as kube:
+        add_gpu_nodes(kube, 10)
+        add_pd(kube)
+        async with kube.api_client() as api_a, kube.api_client() as api_b:
+            a = LeaderElector(api_a, identity="a", lease_namespace=NS, **LEASE)
+            b = LeaderElector(api_b, identity="b", lease_namespace=NS, **LEASE)
+            adapter_a = KubeAdapter(api_a, may_write=lambda: a.is_leader)
+            adapter_b = KubeAdapter(api_b, may_write=lambda: b.is_leader)
+            await adapter_a.start(sync_timeout_s=5)
+            await adapter_b.start(sync_timeout_s=5)
+            both: list[float] = []
+            samples = 0
+
+            async def watch_leaders() -> None:
+                nonlocal samples
+                while True:
+                    samples += 1
+                    if a.is_leader and b.is_leader:
+                        both.append(time.monotonic())
+                    await asyncio.sleep(0.02)
+
+            monitor = asyncio.create_task(watch_leaders())
+            try:
+                a.start()
+                await asyncio.wait_for(a.became_leader.wait(), 5)
+                b.start()
+                await asyncio.sleep(1.5)  # b tries at least once and must stay a standby
+                assert a.is_leader and not b.is_leader
+                lease = kube.object("leases", NS, "gang-autoscaler")
+                assert lease["spec"]["holderIdentity"] == "a"
+
+                await settle(adapter_a, kube)
+                await adapter_a.apply(scale_to(1, 2), adapter_a.snapshot(now_s=0), dry_run=False)
+                with pytest.raises(NotLeader):
+                    await adapter_b.apply(
+                        scale_to(1, 3), adapter_b.snapshot(now_s=0), dry_run=False
+                    )
+                assert len(kube.requests("PATCH", "/scale")) == 1
+
+                # a dies without releasing: b takes over only once the lease has expired.
+                died = time.monotonic()
+                await a.stop(release=False)
+                assert not a.is_leader
+                await asyncio.wait_for(b.became_leader.wait(), 10)
+                waited = time.monotonic() - died
+                assert waited >= LEASE["lease_duration_s"] - LEASE["retry_period_s"]
+                await settle(adapter_b, kube)
+                await adapter_b.apply(scale_to(2, 3), adapter_b.snapshot(now_s=0), dry_run=False)
+                with pytest.raises(NotLeader):
+                    await adapter_a.apply(
+                        scale_to(3, 1), adapter_a.snapshot(now_s=0), dry_run=False
+                    )
+                assert kube.object("leaderworkersets", NS, "llama-decode")["spec"]["replicas"] == 3
+
+                # b shuts down cleanly and releases: a restarted instance takes over at once.
+                await b.stop(release=True)
+                assert kube.object("leases", NS, "gang-autoscaler")["spec"]["holderIdentity"] in (
+                    "",
+                    None,
+                )
+                c = LeaderElector(api_a, identity="c", lease_namespace=NS, **LEASE)
+                started = time.monotonic()
+                c.start()
+                await asyncio.wait_for(c.became_leader.wait(), 5)
+                assert time.monotonic() - started < LEASE["lease_duration_s"]
+                await c.stop()
+            finally:
+                monitor.cancel()
+                await adapter_a.close()
+                await adapter_b.close()
+            assert samples > 100
+            assert both == []
