@@ -114,9 +114,11 @@ class GridForecaster(abc.ABC):
         self, point: float, upper: float, horizon_s: float, reason: str | None
     ) -> ForecastResult:
         point = max(0.0, point)
+        # A baseline's point plus its error margin can overflow on absurd inputs.
+        upper = max(point, upper) if math.isfinite(upper) else point
         return ForecastResult(
             point=point,
-            upper=max(point, upper),
+            upper=upper,
             quantile=self.quantile,
             horizon_s=float(horizon_s),
             fallback_reason=reason,

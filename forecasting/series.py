@@ -143,7 +143,9 @@ class WindowAccumulator:
         out = np.full(closed_through - first + 1, np.nan)
         for k in [k for k in self._open if k <= closed_through]:
             total, count = self._open.pop(k)
-            out[k - first] = total / count
+            mean = total / count
+            # A sum of huge finite values can overflow; that window is unusable, not infinite.
+            out[k - first] = mean if math.isfinite(mean) else math.nan
         self._last_closed = closed_through
         out.flags.writeable = False
         return Windows(first_end_s=first * self.step_s, step_s=self.step_s, values=out)

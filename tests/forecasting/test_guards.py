@@ -128,6 +128,24 @@ def test_forecast_is_never_negative(name: str) -> None:
     assert raw_negative > 0, "the cut should drive the raw model below zero"
 
 
+def test_non_finite_model_forecast_falls_back() -> None:
+    # Rows 0-431 of servegen_m-small, then windows of +-1.7e308: the Kalman filter overflows.
+    history = servegen_cut("m-small", 0, 3 * DAY_WINDOWS)
+    forecaster = fitted("state_space", history)
+    end = history.timestamps_s[-1]
+    forecaster.update([end + STEP_S, end + 2 * STEP_S], [-1.7e308, 1.7e308])
+    result = forecaster.forecast(1800)
+    assert result.fallback_reason == "model forecast was not finite"
+    assert_sane(result)
+
+
+def test_window_whose_sum_overflows_is_missing() -> None:
+    forecaster = make_forecaster("persistence", step_s=STEP_S)
+    forecaster.fit(Series([STEP_S], [5.0]))
+    forecaster.update([1.5 * STEP_S, 2 * STEP_S], [1.7e308, 1.7e308])
+    assert forecaster.forecast(STEP_S).point == 5.0
+
+
 def test_seasonal_naive_without_a_day_of_history_falls_back() -> None:
     # Rows 0-99 of servegen_m-small.
     result = fitted("seasonal_naive", servegen_cut("m-small", 0, 100)).forecast(600)
