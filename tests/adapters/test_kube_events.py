@@ -1,0 +1,76 @@
+"""Event de-duplication and client configuration, against the fake API server."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from kubernetes_asyncio import client
+
+from autoscaler.adapters.kube_client import new_api_client
+from autoscaler.adapters.kube_errors import KubeConfigError
+from autoscaler.adapters.kube_events import EventRecorder, ObjectRef, camel_reason
+from tests.harness.fake_kube.server import FakeKube
+
+NS = "default"
+REF = ObjectRef(NS, "llama-decode", "uid-1")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = datetime(2026, 11, 22, 1, 0, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        self.now += timedelta(seconds=15)
+        return self.now
+
+
+def test_camel_reason():
+    assert camel_reason("partial_gang_rolled_back") == "PartialGangRolledBack"
+
+
+async def test_repeats_bump_one_event_like_kubectl_shows_and_survive_a_restart():
+    async with FakeKube.start() as kube, kube.api_client() as api:
+        recorder = EventRecorder(api, instance="a", clock=Clock())
+        for _ in range(3):
+            await recorder.record(REF, type_="Warning", reason="InvalidPolicy", message="bad")
+        await recorder.record(REF, type_="Warning", reason="InvalidPolicy", message="worse")
+        stored = sorted(kube.objects("events", NS), key=lambda e: e["message"])
+        assert [(e["message"], e["count"]) for e in stored] == [("bad", 3), ("worse", 1)]
+        bad = stored[0]
+        assert bad["lastTimestamp"] > bad["firstTimestamp"]
+        assert bad["involvedObject"]["kind"] == "LeaderWorkerSet"
+        assert bad["involvedObject"]["uid"] == "uid-1"
+        assert bad["source"]["component"] == "gang-autoscaler"
+
+        # A new instance (restart, or the other replica after a leader change) finds the
+        # Event by its name and keeps counting instead of starting a second one.
+        restarted = EventRecorder(api, instance="b", clock=Clock())
+        assert (
+            await restarted.record(REF, type_="Warning", reason="InvalidPolicy", message="bad") == 4
+        )
+
+        # An expired Event (deleted by the API server's TTL) is created afresh.
+        kube.remove("events", NS, bad["metadata"]["name"])
+        assert (
+            await recorder.record(REF, type_="Warning", reason="InvalidPolicy", message="bad") == 1
+        )
+        assert len(kube.objects("events", NS)) == 2
+
+
+async def test_client_from_an_explicit_kubeconfig(tmp_path):
+    async with FakeKube.start() as kube:
+        path = kube.write_kubeconfig(tmp_path / "config")
+        api = await new_api_client(kubeconfig=path)
+        async with api:
+            namespaces = await client.CoreV1Api(api).list_namespace()
+            assert NS in {n.metadata.name for n in namespaces.items}
+
+
+async def test_missing_configuration_is_a_clear_error(tmp_path, monkeypatch):
+    with pytest.raises(KubeConfigError, match="does not exist"):
+        await new_api_client(kubeconfig=tmp_path / "nope")
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "absent"))
+    with pytest.raises(KubeConfigError, match="no Kubernetes configuration found"):
+        await new_api_client()
