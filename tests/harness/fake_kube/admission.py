@@ -8,6 +8,7 @@ plugin), the pod-spec immutability rule, PriorityClass value rules, namespace st
 from __future__ import annotations
 
 import copy
+import re
 from typing import TYPE_CHECKING, Any
 
 from tests.harness.fake_kube import errors
@@ -26,10 +27,85 @@ def admit_builtin(cluster: Cluster, rtype: ResourceType, obj: Obj, *, old: Obj |
         return _admit_pod(cluster, obj, old=old)
     if rtype.key == "scheduling.k8s.io/priorityclasses":
         return _admit_priority_class(cluster, obj, old=old)
+    if rtype.key == "/events":
+        involved_ns = (obj.get("involvedObject") or {}).get("namespace")
+        if involved_ns and involved_ns != obj["metadata"].get("namespace"):
+            raise errors.invalid(
+                "Event",
+                obj["metadata"]["name"],
+                [
+                    (
+                        "involvedObject.namespace",
+                        f'Invalid value: "{involved_ns}": does not match event.namespace',
+                    )
+                ],
+            )
     if rtype.key == "/namespaces":
         obj.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
         obj.setdefault("status", {}).setdefault("phase", "Active")
     return obj
+
+
+_QUALIFIED_NAME_RE = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+_PREFIX_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_LABEL_VALUE_RE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_ANNOTATIONS_MAX_BYTES = 256 * 1024
+
+
+def _key_problem(key: str) -> str | None:
+    """apimachinery's IsQualifiedName: optional DNS-subdomain prefix, a name of <= 63."""
+    prefix, _, name = key.rpartition("/")
+    if "/" in prefix or (key.count("/") == 1 and not prefix):
+        return "a qualified name must have at most one '/' and a non-empty prefix before it"
+    if prefix and (len(prefix) > 253 or not _PREFIX_RE.match(prefix)):
+        return "prefix part must be a lowercase RFC 1123 subdomain"
+    if not name or len(name) > 63 or not _QUALIFIED_NAME_RE.match(name):
+        return (
+            "name part must consist of alphanumeric characters, '-', '_' or '.', must start "
+            "and end with an alphanumeric character, and be at most 63 characters"
+        )
+    return None
+
+
+def metadata_problems(meta: Obj) -> list[tuple[str, str]]:
+    """ObjectMeta validation shared by every type: labels, annotations, owner references."""
+    problems: list[tuple[str, str]] = []
+    for key, value in (meta.get("labels") or {}).items():
+        key_problem = _key_problem(key)
+        if key_problem:
+            problems.append(("metadata.labels", f'Invalid value: "{key}": {key_problem}'))
+        if not isinstance(value, str) or len(value) > 63 or not _LABEL_VALUE_RE.match(value):
+            problems.append(
+                (
+                    "metadata.labels",
+                    f'Invalid value: "{value}": a valid label must be an empty string or '
+                    "consist of alphanumeric characters, '-', '_' or '.', and must start and "
+                    "end with an alphanumeric character (at most 63 characters)",
+                )
+            )
+    annotations = meta.get("annotations") or {}
+    for key, value in annotations.items():
+        key_problem = _key_problem(key)
+        if key_problem:
+            problems.append(("metadata.annotations", f'Invalid value: "{key}": {key_problem}'))
+        if not isinstance(value, str):
+            problems.append(("metadata.annotations", f"Invalid value: {key}: must be a string"))
+    size = sum(len(k) + len(str(v)) for k, v in annotations.items())
+    if size > _ANNOTATIONS_MAX_BYTES:
+        problems.append(("metadata.annotations", "Too long: must have at most 262144 bytes"))
+    for index, ref in enumerate(meta.get("ownerReferences") or []):
+        for field in ("apiVersion", "kind", "name", "uid"):
+            if not ref.get(field):
+                problems.append((f"metadata.ownerReferences[{index}].{field}", "Required value"))
+    controllers = [r for r in meta.get("ownerReferences") or [] if r.get("controller")]
+    if len(controllers) > 1:
+        problems.append(
+            (
+                "metadata.ownerReferences",
+                "Invalid value: Only one reference can have Controller set to true",
+            )
+        )
+    return problems
 
 
 def _forbidden(plural: str, name: str, message: str) -> ApiError:

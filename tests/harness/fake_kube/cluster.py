@@ -587,8 +587,11 @@ class Cluster:
         return self.present(rtype, self.store.write(rtype.key, updated, change_type="MODIFIED"))
 
     def _admit(self, rtype: ResourceType, obj: Obj, *, old: Obj | None) -> Obj:
-        from tests.harness.fake_kube.admission import admit_builtin
+        from tests.harness.fake_kube.admission import admit_builtin, metadata_problems
 
+        problems = metadata_problems(obj.get("metadata") or {})
+        if problems:
+            raise errors.invalid(rtype.kind, obj["metadata"]["name"], problems, group=rtype.group)
         crd = self.custom.get(rtype.key)
         if crd is not None:
             admitted, problems = crd.admit(

@@ -200,3 +200,38 @@ async def test_discovery_lists_groups_and_lws_scale(api: client.ApiClient) -> No
     assert by_name["leaderworkersets/scale"].kind == "Scale"
     core = await client.CoreApi(api).get_api_versions()
     assert core.versions == ["v1"]
+
+
+@pytest.mark.parametrize(
+    "metadata",
+    [
+        pytest.param({"labels": {"app": "x" * 64}}, id="label-value-over-63"),
+        pytest.param({"labels": {"app": "-x"}}, id="label-value-starts-with-dash"),
+        pytest.param({"labels": {"a/b/c": "x"}}, id="label-key-two-slashes"),
+        pytest.param({"labels": {"Example.com/x": "x"}}, id="label-prefix-uppercase"),
+        pytest.param({"annotations": {"bad key": "x"}}, id="annotation-key-with-space"),
+        pytest.param(
+            {"ownerReferences": [{"kind": "LeaderWorkerSet", "name": "d"}]},
+            id="owner-reference-without-uid",
+        ),
+    ],
+)
+async def test_invalid_metadata_is_422(core: client.CoreV1Api, metadata: dict) -> None:
+    with pytest.raises(ApiException) as caught:
+        await core.create_namespaced_config_map("default", {"metadata": {"name": "m", **metadata}})
+    assert caught.value.status == 422
+    assert json.loads(caught.value.body)["details"]["causes"][0]["field"].startswith("metadata")
+
+
+async def test_valid_metadata_is_accepted(core: client.CoreV1Api) -> None:
+    created = await core.create_namespaced_config_map(
+        "default",
+        {
+            "metadata": {
+                "name": "m",
+                "labels": {"gang-autoscaler.io/balloon-for": "x" * 63, "empty": ""},
+                "annotations": {"gang-autoscaler.io/max-replicas": "not validated here"},
+            }
+        },
+    )
+    assert created.metadata.labels["empty"] == ""
