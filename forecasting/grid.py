@@ -15,6 +15,7 @@ import math
 from typing import ClassVar
 
 import numpy as np
+import numpy.typing as npt
 
 from forecasting.errors import FitFailed, ForecastingError, InsufficientHistory
 from forecasting.history import WindowHistory, upper_quantile_of_errors
@@ -70,7 +71,7 @@ class GridForecaster(abc.ABC):
         except Exception as err:
             self.model_unavailable_reason = str(FitFailed(f"{type(err).__name__}: {err}"))
 
-    def update(self, timestamps_s: object, values: object) -> None:
+    def update(self, timestamps_s: npt.ArrayLike, values: npt.ArrayLike) -> None:
         windows = self._accumulator.push(timestamps_s, values)
         if windows.values.size == 0:
             return

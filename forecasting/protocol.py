@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+import numpy.typing as npt
+
 from forecasting.series import Series
 
 
@@ -43,7 +45,7 @@ class Forecaster(Protocol):
     def fit(self, history: Series) -> None:
         """Replace the model with one fitted on `history`. May be slow: run it off the loop."""
 
-    def update(self, timestamps_s: object, values: object) -> None:
+    def update(self, timestamps_s: npt.ArrayLike, values: npt.ArrayLike) -> None:
         """Add observations newer than what the model has seen. Must be cheap."""
 
     def forecast(self, horizon_s: float) -> ForecastResult | None:

@@ -26,7 +26,7 @@ FloatArray = npt.NDArray[np.float64]
 MAX_WINDOWS_PER_PUSH = 1_000_000
 
 
-def _readonly(values: object, *, name: str) -> FloatArray:
+def _readonly(values: npt.ArrayLike, *, name: str) -> FloatArray:
     try:
         array = np.array(values, dtype=np.float64)
     except (TypeError, ValueError) as err:
@@ -107,7 +107,7 @@ class WindowAccumulator:
     def last_closed_end_s(self) -> float | None:
         return None if self._last_closed is None else self._last_closed * self.step_s
 
-    def push(self, timestamps_s: object, values: object) -> Windows:
+    def push(self, timestamps_s: npt.ArrayLike, values: npt.ArrayLike) -> Windows:
         """Add observations; return the windows they closed (possibly none)."""
         batch = Series(
             _readonly(timestamps_s, name="timestamps_s"), _readonly(values, name="values")
