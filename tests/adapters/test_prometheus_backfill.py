@@ -1,0 +1,181 @@
+"""Demand back-fill: 7 days of history loaded with promtool are rebuilt per component.
+
+The history is the real ServeGen m-small trace (`../shared/data/traces/
+servegen_m-small_600s.csv`, Alibaba Bailian, rows for days 7 to 14: 1,008 ten-minute windows),
+turned into the vLLM counters a 30 s scrape of two LWS deployments would have stored:
+prompt tokens for a prefill LWS whose two leaders split the load 60/40, generated tokens for
+a decode LWS. Windows where the trace has no requests at all are collection gaps (the
+trace README says to treat them as missing), so no sample is written for them, and they
+must come back as NaN, never as zero.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import socket
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from autoscaler.adapters.prometheus_queries import PrometheusQueries
+from autoscaler.adapters.prometheus_source import PrometheusSource
+from autoscaler.core.model import Component, ComponentKey
+from tests.harness.prometheus_server import PrometheusServer, load_openmetrics
+from tests.harness.shared_data import shared_data_path
+
+WINDOW_S = 600
+SCRAPE_S = 30
+FIRST_ROW_DAY = 7
+PREFILL = ComponentKey("serving", "m-small-prefill")
+DECODE = ComponentKey("serving", "m-small-decode")
+LEADER_SHARES = {"m-small-prefill-0": 0.6, "m-small-prefill-1": 0.4}
+
+
+@dataclass(frozen=True)
+class TraceWindow:
+    start_s: float
+    prompt_tokens_per_s: float | None  # None: a collection gap
+    generated_tokens_per_s: float | None
+
+
+def read_windows(*, end_s: int) -> list[TraceWindow]:
+    path = shared_data_path("traces", "servegen_m-small_600s.csv")
+    with path.open() as f:
+        rows = [r for r in csv.DictReader(f) if float(r["t_seconds"]) >= FIRST_ROW_DAY * 86400]
+    assert len(rows) == 1008
+    start = end_s - len(rows) * WINDOW_S
+    windows = []
+    for i, row in enumerate(rows):
+        rate = float(row["requests_per_s"])
+        tokens_in = float(row["mean_input_tokens"] or "nan")
+        tokens_out = float(row["mean_output_tokens"] or "nan")
+        gap = rate == 0 or math.isnan(tokens_in) or math.isnan(tokens_out)
+        windows.append(
+            TraceWindow(
+                start_s=start + i * WINDOW_S,
+                prompt_tokens_per_s=None if gap else rate * tokens_in,
+                generated_tokens_per_s=None if gap else rate * tokens_out,
+            )
+        )
+    return windows
+
+
+def openmetrics(windows: list[TraceWindow]) -> str:
+    """Counters as a 30 s scrape stored them; gaps have no samples, counters carry on."""
+    series: dict[str, list[str]] = {}
+
+    def add(name: str, pod: str, value: float, at_s: float) -> None:
+        labels = (
+            f'engine="0",instance="10.0.0.1:8000",job="vllm",model_name="m-small",'
+            f'namespace="serving",pod="{pod}"'
+        )
+        series.setdefault(f"{name}{pod}", []).append(f"{name}{{{labels}}} {value:.3f} {at_s:.0f}")
+
+    prompt = {pod: 0.0 for pod in LEADER_SHARES}
+    generated = 0.0
+    for w in windows:
+        for k in range(WINDOW_S // SCRAPE_S):
+            at_s = w.start_s + k * SCRAPE_S
+            if w.prompt_tokens_per_s is None or w.generated_tokens_per_s is None:
+                continue
+            if k:  # the sample at the window start closes the previous window's growth
+                for pod, share in LEADER_SHARES.items():
+                    prompt[pod] += share * w.prompt_tokens_per_s * SCRAPE_S
+                generated += w.generated_tokens_per_s * SCRAPE_S
+            for pod in LEADER_SHARES:
+                add("vllm:prompt_tokens_total", pod, prompt[pod], at_s)
+            add("vllm:generation_tokens_total", "m-small-decode-0", generated, at_s)
+            # A worker pod that (wrongly) exposes a counter must not be counted.
+            add("vllm:prompt_tokens_total", "m-small-prefill-0-1", 1e9 + at_s * 1e3, at_s)
+        for pod, share in LEADER_SHARES.items():
+            prompt[pod] += share * (w.prompt_tokens_per_s or 0.0) * SCRAPE_S
+        generated += (w.generated_tokens_per_s or 0.0) * SCRAPE_S
+    lines = ["# TYPE vllm:prompt_tokens counter", "# TYPE vllm:generation_tokens counter"]
+    for samples in series.values():
+        lines.extend(samples)
+    return "\n".join(lines) + "\n# EOF\n"
+
+
+@dataclass
+class History:
+    prometheus: PrometheusServer
+    windows: list[TraceWindow]
+    end_s: int
+
+
+@pytest.fixture(scope="module")
+def history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[History]:
+    end_s = int(time.time()) // WINDOW_S * WINDOW_S - WINDOW_S
+    windows = read_windows(end_s=end_s)
+    data_dir = Path(tmp_path_factory.mktemp("tsdb"))
+    load_openmetrics(openmetrics(windows), data_dir=data_dir)
+    with PrometheusServer(data_dir=data_dir) as prometheus:
+        yield History(prometheus=prometheus, windows=windows, end_s=end_s)
+
+
+@pytest.mark.prometheus
+async def test_seven_days_are_rebuilt_per_component_with_gaps_kept(history: History) -> None:
+    source = PrometheusSource(url=history.prometheus.url, queries=PrometheusQueries())
+    result = await source.backfill_demand(
+        [(PREFILL, Component.PREFILL), (DECODE, Component.DECODE)],
+        end_s=history.end_s,
+        days=7,
+        step_s=60,
+    )
+    assert (result.chunks_total, result.chunks_failed) == (14, 0)  # a day per range query
+    prefill, decode = result.histories[PREFILL], result.histories[DECODE]
+    assert prefill.timestamps_s.size == 7 * 1440
+    assert prefill.timestamps_s[-1] == history.end_s
+    assert np.all(np.diff(prefill.timestamps_s) == 60)
+
+    at = {float(t): i for i, t in enumerate(prefill.timestamps_s)}
+    gaps = compared = 0
+    for w in history.windows:
+        # Mid-window, the 1 m rate sees only this window's samples.
+        mid = at[w.start_s + WINDOW_S / 2]
+        inside = [at[w.start_s + s] for s in range(120, WINDOW_S, 60)]
+        if w.prompt_tokens_per_s is None:
+            gaps += 1
+            assert np.all(np.isnan(prefill.values[inside])), w
+            assert np.all(np.isnan(decode.values[inside])), w
+            continue
+        compared += 1
+        assert prefill.values[mid] == pytest.approx(w.prompt_tokens_per_s, rel=1e-3), w
+        assert decode.values[mid] == pytest.approx(w.generated_tokens_per_s, rel=1e-3), w
+    assert (gaps, compared) == (37, 971)  # the trace README: 37 all-zero windows, days 7-13
+    assert not np.any(prefill.values[np.isfinite(prefill.values)] == 0.0)
+    assert 0.90 < prefill.observed_fraction < 0.97
+
+
+@pytest.mark.prometheus
+async def test_unknown_components_get_an_all_missing_history(history: History) -> None:
+    source = PrometheusSource(url=history.prometheus.url)
+    other = ComponentKey("serving", "m-small")  # a prefix of the real LWS names
+    result = await source.backfill_demand(
+        [(other, Component.UNIFIED)], end_s=history.end_s, days=1, step_s=300
+    )
+    assert result.chunks_total == 1
+    assert np.all(np.isnan(result.histories[other].values))
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def test_unreachable_prometheus_leaves_history_missing() -> None:
+    source = PrometheusSource(url=f"http://127.0.0.1:{_closed_port()}", timeout_s=1.0)
+    result = await source.backfill_demand(
+        [(PREFILL, Component.PREFILL), (DECODE, Component.DECODE)],
+        end_s=1_800_000_000,
+        days=2,
+    )
+    assert (result.chunks_total, result.chunks_failed) == (4, 4)
+    assert all(np.all(np.isnan(h.values)) for h in result.histories.values())
+    assert source.stats.errors["connection"] == 4
