@@ -195,6 +195,10 @@ class RunSettings(BaseSettings):
     log_format: Literal["json", "text"] = Field(
         default="text", description="`json` (one object per line, for log pipelines) or `text`."
     )
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
+        default="INFO",
+        description="Log level; `run` fills it from the top-level `gang-autoscaler --log-level`.",
+    )
     prometheus_timeout: Duration = Field(
         default=timedelta(seconds=10),
         description="Deadline of one Prometheus query; a slower answer counts as missing data.",
@@ -340,6 +344,8 @@ def load_settings(args: argparse.Namespace | None = None) -> RunSettings:
     given = dict(vars(args)) if args is not None else {}  # other subcommand keys are ignored
     config_file = given.pop("config", None)
     flags = {field: given[field] for _, field, _ in _FLAGS if field in given}
+    if isinstance(given.get("log_level"), str):  # the CLI's top-level --log-level
+        flags["log_level"] = given["log_level"].upper()
     if config_file is not None:
         _check_config_file(Path(config_file))
 

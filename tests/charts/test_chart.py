@@ -13,10 +13,10 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from autoscaler.cli import build_parser
 from autoscaler.service.settings import (
     PrometheusQueries,
     RunSettings,
-    build_run_parser,
     load_settings,
 )
 from tests.charts.conftest import (
@@ -237,9 +237,8 @@ def test_chart_defaults_match_the_service_defaults(chart: helm.Chart) -> None:
 
 
 def _settings_from_rendered(objects: list[dict[str, Any]], tmp_path: Path) -> RunSettings:
-    """Parse the Deployment's `run` args with the service's own parser and load the settings
-    with the rendered config file, as the container would. (test_run_flags.py checks the
-    same args against the installed CLI's --help.)"""
+    """Parse the Deployment's args with the real CLI parser and load the settings with the
+    rendered config file, as the container would."""
     deployment = one(objects, "Deployment")
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     args: list[str] = container["args"]
@@ -247,11 +246,10 @@ def _settings_from_rendered(objects: list[dict[str, Any]], tmp_path: Path) -> Ru
     config_path = tmp_path / "config.yaml"
     config_path.write_text(config)
     assert f"--config=/etc/gang-autoscaler/{config_path.name}" in args
-    run_args = [
-        f"--config={config_path}" if arg.startswith("--config=") else arg
-        for arg in args[args.index("run") + 1 :]
-    ]
-    return load_settings(build_run_parser().parse_args(run_args))
+    argv = [f"--config={config_path}" if arg.startswith("--config=") else arg for arg in args]
+    parsed = build_parser().parse_args(argv)
+    assert parsed.command == "run"
+    return load_settings(parsed)
 
 
 def _clear_settings_env(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -270,6 +268,7 @@ def test_default_values_give_valid_service_settings(
     assert settings.dry_run is False
     assert settings.lease_namespace == NAMESPACE
     assert settings.log_format == "json"
+    assert settings.log_level == "INFO"
     assert settings.queries == PrometheusQueries()
 
 
@@ -285,6 +284,7 @@ def test_non_default_values_reach_the_service(
     assert settings.dry_run is True
     assert settings.http_port == 9090
     assert settings.log_format == "text"
+    assert settings.log_level == "DEBUG"
     assert settings.prometheus_timeout_s == 5.0
     assert settings.staleness_limit_s == 90.0
     assert settings.backfill_days == 3

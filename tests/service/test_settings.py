@@ -139,3 +139,13 @@ def test_bad_config_files_are_refused(tmp_path: Path, text: str, message: str) -
 def test_missing_config_file_is_named(tmp_path: Path) -> None:
     with pytest.raises(SettingsError, match=r"nope\.yaml"):
         _load("--config", str(tmp_path / "nope.yaml"), "--prometheus-url", "http://p:1")
+
+
+def test_top_level_log_level_reaches_the_settings() -> None:
+    from autoscaler.cli import build_parser
+
+    args = build_parser().parse_args(
+        ["--log-level", "debug", "run", "--prometheus-url", "http://p:1"]
+    )
+    assert load_settings(args).log_level == "DEBUG"
+    assert _load("--prometheus-url", "http://p:1").log_level == "INFO"
