@@ -20,7 +20,7 @@ from autoscaler.adapters.kube_objects import LWS_GROUP, LWS_PLURAL, LWS_VERSION
 from autoscaler.adapters.lws_scaler import ScaleResult
 from autoscaler.core.decision import plan as core_plan
 from autoscaler.core.gang_plan import ComponentPlan, GangPlan, Memory, Reason
-from autoscaler.core.model import ComponentKey, GangState, Signals
+from autoscaler.core.model import ComponentKey, Forecast, GangState, Signals
 from autoscaler.core.shape import pod_shape_from_spec
 from tests.adapters.kube_fixtures import vllm_lws
 from tests.harness.fake_kube.resources import ResourceType
@@ -579,3 +579,59 @@ async def test_caches_relist_after_410_gone_and_see_later_changes(kube, adapter)
     }
     stored = {(p["metadata"]["name"], p["metadata"]["uid"]) for p in kube.objects("pods", NS)}
     assert cached == stored
+
+
+async def test_core_plan_drives_buffer_and_scale_up_end_to_end(kube, adapter):
+    """snapshot -> core plan -> apply, three ticks: the forecast's upper bound asks for
+    balloons, a real scale-up takes their capacity, and the buffer is rebuilt whole."""
+    add_gpu_nodes(kube, 6)
+    lws = lws_manifest(
+        "chat",
+        replicas=1,
+        annotations={
+            **ON,
+            "gang-autoscaler.io/capacity-per-replica": "100",
+            "gang-autoscaler.io/max-buffer": "2",
+            "leaderworkerset.sigs.k8s.io/exclusive-topology": RACK,
+        },
+    )
+    kube.apply(lws)
+    key = ComponentKey(NS, "chat")
+    forecast = {key: Forecast(point=80.0, upper=250.0, horizon_s=300.0)}
+    memory = Memory()
+
+    async def tick(now: float, waiting: float) -> GangPlan:
+        nonlocal memory
+        await settle(adapter, kube)
+        state = adapter.snapshot(now_s=now)
+        signals = {key: Signals(waiting_requests=waiting, kv_usage_fraction=0.5, demand=80.0)}
+        plan, memory = core_plan(
+            state.observations(signals), state.policies, forecast, memory, now=now
+        )
+        await adapter.apply(plan, state, dry_run=False)
+        return plan
+
+    now = time.time()
+    first = await tick(now, waiting=2.0)
+    assert (first.components[key].desired_gangs, first.components[key].balloon_gangs) == (1, 2)
+    assert len(balloon_pods(kube, "chat")) == 4
+
+    second = await tick(now + 15, waiting=8.0)  # 8 waiting on 1 gang, target 4: two gangs
+    assert second.components[key].desired_gangs == 2
+    assert second.components[key].balloon_gangs == 1
+    assert spec_replicas(kube, "chat") == 2
+    assert len(kube.preemptions) >= 1  # the new gang took a balloon gang's nodes
+    real = lws_pods(kube, "chat")
+    assert len(real) == 4 and all(p["spec"].get("nodeName") for p in real)
+
+    await tick(now + 30, waiting=8.0)
+    await tick(now + 45, waiting=8.0)
+    balloons = balloon_pods(kube, "chat")
+    assert sorted(p["metadata"]["name"] for p in balloons) == [
+        "chat-balloon-0-0",
+        "chat-balloon-0-1",
+    ]
+    nodes = {n["metadata"]["name"]: n["metadata"]["labels"][RACK] for n in kube.objects("nodes")}
+    assert len({nodes[p["spec"]["nodeName"]] for p in balloons}) == 1
+    await settle(adapter, kube)
+    assert adapter.snapshot(now_s=now + 60).observations({}).components[key].balloon_gangs == 1
