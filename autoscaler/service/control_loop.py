@@ -1,0 +1,455 @@
+"""One tick of the service: discover -> observe -> forecast -> plan -> act -> report.
+
+`ControlLoop.tick` runs the phases under one deadline, so a slow Prometheus or API server
+cannot stall the loop past it: a tick that runs out of time is abandoned where it stands
+(every write is idempotent, so the next tick simply repeats what is still needed) and counted
+as `errors_total{kind="tick_deadline"}`. One component never stops the others: Prometheus
+trouble turns into missing signals (the core holds), a forecast that raises leaves that
+component without a forecast, a plan that raises is retried deployment by deployment and
+holds only the deployment that failed, and the Kubernetes adapter applies each component on
+its own.
+
+Only the leader acts; a standby runs every other phase, so its decision memory (the
+scale-down window) is warm when it takes over. Dry-run decides everything and writes nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+
+from autoscaler.adapters.kube_adapter import KubeAdapter
+from autoscaler.adapters.kube_apply import ApplyReport
+from autoscaler.adapters.kube_errors import KubeAdapterError, NotLeader
+from autoscaler.adapters.kube_state import KubeState
+from autoscaler.adapters.lws_scaler import ScaleResult
+from autoscaler.adapters.prometheus_source import ComponentTarget, PrometheusSource
+from autoscaler.core.decision import plan as plan_gangs
+from autoscaler.core.gang_plan import (
+    ComponentMemory,
+    ComponentPlan,
+    GangPlan,
+    Memory,
+    Reason,
+    Step,
+)
+from autoscaler.core.model import (
+    ComponentKey,
+    DeploymentKey,
+    Forecast,
+    GangState,
+    Observations,
+    Signals,
+)
+from autoscaler.core.policy import Policy, deployment_key
+from autoscaler.service.forecasts import DemandForecasts
+from autoscaler.service.metrics import ComponentLabels, ServiceMetrics
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class TickRecord:
+    """Everything one tick saw, decided and did: the source of `/decisions` and the logs."""
+
+    number: int
+    started_at_s: float
+    duration_s: float
+    cpu_s: float
+    leader: bool
+    dry_run: bool
+    outcome: str  # "ok", or why the tick stopped early
+    state: KubeState | None = None
+    signals: Mapping[ComponentKey, Signals] = field(default_factory=dict)
+    forecasts: Mapping[ComponentKey, Forecast] = field(default_factory=dict)
+    plan: GangPlan | None = None
+    applied: ApplyReport | None = None
+    errors: tuple[str, ...] = ()
+
+
+def component_labels(state: KubeState, key: ComponentKey) -> ComponentLabels:
+    found = state.components[key].discovered
+    policy = found.policy
+    return ComponentLabels(
+        namespace=key.namespace,
+        deployment=found.deployment.name if found.deployment else key.lws,
+        component=policy.component.value if policy else "unknown",
+        lws=key.lws,
+    )
+
+
+def _held_plan(key: ComponentKey, spec_gangs: int, balloons: int, detail: str) -> ComponentPlan:
+    return ComponentPlan(
+        key=key,
+        current_gangs=spec_gangs,
+        desired_gangs=spec_gangs,
+        reason=Reason.HOLD_POLICY_ERROR,
+        balloon_gangs=balloons,
+        balloon_reason=Reason.HOLD_POLICY_ERROR,
+        hold=True,
+        steps=(Step("hold", spec_gangs, Reason.HOLD_POLICY_ERROR, detail),),
+        detail=detail,
+    )
+
+
+def seed_memory(memory: Memory, observations: Observations, *, now_s: float) -> Memory:
+    """Memory for components seen for the first time: their current gangs as a proposal at
+    `now_s`, so the scale-down window starts when this instance first saw them. Without it
+    a restarted service or a new leader, whose memory is empty, would scale down at once on
+    a momentary lull; with it a restart never scales down sooner than the window allows."""
+    new = {
+        key: ComponentMemory(proposals=((now_s, obs.spec_gangs),))
+        for key, obs in observations.components.items()
+        if key not in memory.components
+    }
+    if not new:
+        return memory
+    return Memory(components={**memory.components, **new})
+
+
+def plan_isolated(
+    observations: Observations,
+    policies: Mapping[ComponentKey, Policy],
+    forecasts: Mapping[ComponentKey, Forecast],
+    memory: Memory,
+    *,
+    now_s: float,
+    on_error: Callable[[str], None],
+) -> tuple[GangPlan, Memory]:
+    """The core's plan over every component; if it raises, plan each deployment alone and
+    hold (at its current gangs and balloons) only the deployments that still raise."""
+    try:
+        return plan_gangs(observations, policies, forecasts, memory, now=now_s)
+    except Exception:
+        log.exception("planning all components at once failed; planning each deployment alone")
+    groups: dict[DeploymentKey | ComponentKey, list[ComponentKey]] = {}
+    for key in observations.components:
+        policy = policies.get(key)
+        groups.setdefault(deployment_key(key, policy) if policy else key, []).append(key)
+    plans: dict[ComponentKey, ComponentPlan] = {}
+    memories = dict(memory.components)
+    for group, keys in sorted(groups.items(), key=lambda item: str(item[0])):
+        subset = Observations(
+            components={k: observations.components[k] for k in keys},
+            cluster=observations.cluster,
+        )
+        try:
+            sub_plan, sub_memory = plan_gangs(
+                subset,
+                {k: policies[k] for k in keys if k in policies},
+                {k: forecasts[k] for k in keys if k in forecasts},
+                Memory({k: memory.of(k) for k in keys}),
+                now=now_s,
+            )
+        except Exception as err:
+            on_error("plan")
+            log.exception("planning %s failed; holding it", group)
+            for k in keys:
+                obs = observations.components[k]
+                plans[k] = _held_plan(
+                    k, obs.spec_gangs, obs.balloon_gangs, f"planning failed: {err!r}"
+                )
+            continue
+        plans.update(sub_plan.components)
+        memories.update(sub_memory.components)
+    return GangPlan(components=plans), Memory(components=memories)
+
+
+class ControlLoop:
+    """The phases of one tick and the state carried between ticks (memory, last record)."""
+
+    def __init__(
+        self,
+        *,
+        kube: KubeAdapter,
+        prometheus: PrometheusSource,
+        forecasts: DemandForecasts,
+        metrics: ServiceMetrics,
+        is_leader: Callable[[], bool],
+        on_became_leader: Callable[[float], Awaitable[None]],
+        dry_run: bool,
+        deadline_s: float,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._kube = kube
+        self._prometheus = prometheus
+        self._forecasts = forecasts
+        self._metrics = metrics
+        self._is_leader = is_leader
+        self._on_became_leader = on_became_leader
+        self.dry_run = dry_run
+        self.deadline_s = deadline_s
+        self._clock = clock
+        self.memory = Memory()
+        self.ticks = 0
+        self.last: TickRecord | None = None
+        self._acting = False  # this instance acted as leader on the last tick
+        self._reported: dict[ComponentKey, ComponentLabels] = {}
+        self._last_logged: dict[ComponentKey, tuple[object, ...]] = {}
+        self._policy_problems_seen: set[tuple[ComponentKey, str | None, str]] = set()
+
+    async def tick(self) -> TickRecord:
+        """Run one tick; never raises except CancelledError (a shutdown)."""
+        self.ticks += 1
+        started_s = self._clock()
+        started_mono = time.monotonic()
+        started_cpu = time.process_time()
+        leader = self.dry_run or self._is_leader()
+        parts: dict[str, object] = {}
+        errors: list[str] = []
+        outcome = "ok"
+        try:
+            async with asyncio.timeout(self.deadline_s):
+                await self._phases(started_s, leader=leader, parts=parts, errors=errors)
+        except TimeoutError:
+            outcome = f"deadline: the tick took longer than {self.deadline_s:g}s and was abandoned"
+            self._metrics.count_error("tick_deadline")
+            log.warning("tick %d %s (in %s)", self.ticks, outcome, parts.get("phase"))
+        except NotLeader as err:
+            outcome = f"stopped acting: {err}"
+            log.warning("tick %d: %s", self.ticks, err)
+        except Exception as err:  # a bug in a phase: the loop must survive it
+            outcome = f"error: {err!r}"
+            self._metrics.count_error("tick")
+            log.exception("tick %d failed in %s", self.ticks, parts.get("phase"))
+        duration_s = time.monotonic() - started_mono
+        record = TickRecord(
+            number=self.ticks,
+            started_at_s=started_s,
+            duration_s=duration_s,
+            cpu_s=time.process_time() - started_cpu,
+            leader=leader,
+            dry_run=self.dry_run,
+            outcome=outcome,
+            state=parts.get("state"),  # type: ignore[arg-type]
+            signals=parts.get("signals", {}),  # type: ignore[arg-type]
+            forecasts=parts.get("forecasts", {}),  # type: ignore[arg-type]
+            plan=parts.get("plan"),  # type: ignore[arg-type]
+            applied=parts.get("applied"),  # type: ignore[arg-type]
+            errors=tuple(errors),
+        )
+        self.last = record
+        self._metrics.observe_tick(
+            duration_s=duration_s,
+            finished_at_s=self._clock(),
+            queries=self._prometheus.stats.last_tick_queries,
+        )
+        return record
+
+    async def _phases(
+        self, now_s: float, *, leader: bool, parts: dict[str, object], errors: list[str]
+    ) -> None:
+        # discover: the watch caches, no API call
+        parts["phase"] = "discover"
+        state = self._kube.snapshot(now_s=now_s)
+        parts["state"] = state
+        self._count_policy_problems(state)
+        if leader and not self._acting and not self.dry_run:
+            await self._on_became_leader(now_s)
+        if not leader and self._acting:
+            # Only the leader reports per-component state.
+            for labels in self._reported.values():
+                self._metrics.forget_component(labels)
+            self._reported.clear()
+        self._acting = leader
+        self._metrics.set_leader(leader and not self.dry_run)
+
+        # observe: a fixed set of Prometheus queries for every component at once
+        parts["phase"] = "observe"
+        kinds = {key: policy.component for key, policy in state.policies.items()}
+        targets = [
+            ComponentTarget(
+                key=key,
+                component=kinds[key],
+                ready_group_indexes=frozenset(comp.leader_pods.values()),
+            )
+            for key, comp in state.components.items()
+            if comp.observation is not None and key in kinds
+        ]
+        self._forecasts.start_backfill(
+            self._prometheus, [(t.key, t.component) for t in targets], now_s=now_s
+        )
+        signals = await self._prometheus.observe(targets)
+        parts["signals"] = signals
+        if any(s.missing_reasons for s in signals.values()):
+            errors.extend(
+                sorted({r for s in signals.values() for r in s.missing_reasons.values()})[:5]
+            )
+
+        # forecast: the latest off-loop fit, one lead time ahead
+        parts["phase"] = "forecast"
+        forecasts: dict[ComponentKey, Forecast] = {}
+        for target in targets:
+            key = target.key
+            try:
+                self._forecasts.record(key, now_s=now_s, demand=signals[key].demand)
+                found = self._forecasts.forecast(key, horizon_s=state.policies[key].lead_time_s)
+            except Exception as err:  # one forecaster's failure leaves one component without
+                self._metrics.count_error("forecast")
+                errors.append(f"forecast {key}: {err!r}")
+                log.warning("forecast of %s failed: %r", key, err)
+                continue
+            if found is not None:
+                forecasts[key] = found
+        try:
+            self._forecasts.tick(now_s=now_s)
+        except Exception as err:
+            self._metrics.count_error("forecast")
+            log.warning("forecast fitter tick failed: %r", err)
+        parts["forecasts"] = forecasts
+
+        # plan: the pure core
+        parts["phase"] = "plan"
+        observations = state.observations(signals)
+        self.memory = seed_memory(self.memory, observations, now_s=now_s)
+        gang_plan, self.memory = plan_isolated(
+            observations,
+            state.policies,
+            forecasts,
+            self.memory,
+            now_s=now_s,
+            on_error=self._metrics.count_error,
+        )
+        parts["plan"] = gang_plan
+
+        # act: only the leader, and never in dry-run
+        applied: ApplyReport | None = None
+        if leader:
+            parts["phase"] = "act"
+            try:
+                applied = await self._kube.apply(gang_plan, state, dry_run=self.dry_run)
+            except NotLeader:
+                raise
+            except KubeAdapterError as err:
+                self._metrics.count_error("kubernetes")
+                errors.append(f"act: {err}")
+                log.warning("acting on the plan failed: %s", err)
+            parts["applied"] = applied
+
+        # report
+        parts["phase"] = "report"
+        self._report(state, signals, forecasts, gang_plan, applied, leader=leader)
+
+    # -- report ---------------------------------------------------------------------------
+
+    def _count_policy_problems(self, state: KubeState) -> None:
+        for key, problems in state.problems.items():
+            version = state.components[key].discovered.resource_version
+            for problem in problems:
+                seen = (key, version, problem.annotation)
+                if seen in self._policy_problems_seen:
+                    continue
+                self._policy_problems_seen.add(seen)
+                self._metrics.count_policy_error(
+                    namespace=key.namespace, lws=key.lws, annotation=problem.annotation
+                )
+                log.warning(
+                    "%s: policy rejected: %s",
+                    key,
+                    problem,
+                    extra={"component_key": str(key), "annotation": problem.annotation},
+                )
+
+    def _report(
+        self,
+        state: KubeState,
+        signals: Mapping[ComponentKey, Signals],
+        forecasts: Mapping[ComponentKey, Forecast],
+        gang_plan: GangPlan,
+        applied: ApplyReport | None,
+        *,
+        leader: bool,
+    ) -> None:
+        gone = set(self._reported) - set(gang_plan.components)
+        for key in sorted(gang_plan.components):
+            plan = gang_plan.components[key]
+            labels = component_labels(state, key)
+            comp_applied = applied.components.get(key) if applied else None
+            if comp_applied is not None:
+                for error in comp_applied.errors:
+                    self._metrics.count_error("kubernetes")
+                    log.warning("%s: %s", key, error)
+                scale = comp_applied.scale
+                if scale is not None and scale.result is ScaleResult.SCALED:
+                    self._metrics.count_scale_write(
+                        labels, from_gangs=scale.from_gangs, to_gangs=scale.to_gangs
+                    )
+            self._log_decision(key, plan, signals.get(key), forecasts.get(key), leader=leader)
+            if not leader:
+                continue
+            self._metrics.count_decision(labels, reason=plan.reason.value)
+            obs = state.components[key].observation
+            sig = signals.get(key, Signals())
+            forecast = forecasts.get(key)
+            self._metrics.observe_component(
+                labels,
+                current_gangs=plan.current_gangs,
+                desired_gangs=plan.desired_gangs,
+                ready_gangs=obs.ready_gangs if obs else None,
+                partial_gangs=(
+                    sum(1 for g in obs.gangs if g.state is GangState.PARTIAL) if obs else None
+                ),
+                balloon_gangs=obs.balloon_gangs if obs else None,
+                desired_balloon_gangs=plan.balloon_gangs,
+                demand=sig.demand,
+                capacity_per_gang=plan.capacity_per_gang,
+                forecast_demand=forecast.point if forecast else None,
+                forecast_demand_upper=forecast.upper if forecast else None,
+            )
+            previous = self._reported.get(key)
+            if previous is not None and previous != labels:
+                self._metrics.forget_component(previous)  # its deployment or kind changed
+            self._reported[key] = labels
+        # Components that are gone (deleted, opted out) leave the dashboards.
+        for key in gone:
+            self._metrics.forget_component(self._reported.pop(key))
+            self._last_logged.pop(key, None)
+
+    def _log_decision(
+        self,
+        key: ComponentKey,
+        plan: ComponentPlan,
+        signals: Signals | None,
+        forecast: Forecast | None,
+        *,
+        leader: bool,
+    ) -> None:
+        """Every decision logs its reason: at INFO when it changes something or its reason
+        differs from the last tick's, at DEBUG when it repeats (a steady fleet of a thousand
+        components would otherwise log a thousand identical lines per tick)."""
+        fingerprint = (plan.desired_gangs, plan.current_gangs, plan.reason, plan.balloon_gangs)
+        repeated = self._last_logged.get(key) == fingerprint
+        self._last_logged[key] = fingerprint
+        level = logging.DEBUG if repeated and not plan.changes_replicas else logging.INFO
+        if not log.isEnabledFor(level):
+            return
+        role = "dry-run" if self.dry_run else ("leader" if leader else "standby")
+        log.log(
+            level,
+            "%s: %d -> %d gangs (%s%s); balloons %d (%s)",
+            key,
+            plan.current_gangs,
+            plan.desired_gangs,
+            plan.reason.value,
+            f": {plan.detail}" if plan.detail else "",
+            plan.balloon_gangs,
+            plan.balloon_reason.value,
+            extra={
+                "component_key": str(key),
+                "current_gangs": plan.current_gangs,
+                "desired_gangs": plan.desired_gangs,
+                "reason": plan.reason.value,
+                "detail": plan.detail,
+                "hold": plan.hold,
+                "balloon_gangs": plan.balloon_gangs,
+                "balloon_reason": plan.balloon_reason.value,
+                "waiting_requests": signals.waiting_requests if signals else None,
+                "kv_usage_fraction": signals.kv_usage_fraction if signals else None,
+                "demand": signals.demand if signals else None,
+                "forecast_point": forecast.point if forecast else None,
+                "role": role,
+            },
+        )

@@ -1,0 +1,181 @@
+"""One demand forecaster per component, back-filled from Prometheus and fitted off the loop.
+
+The tick records each component's demand (`record`), reads a forecast one lead time ahead
+(`forecast`) and lets the fitter collect finished fits and submit due ones (`tick`); none of
+these wait. Fitting happens in an executor (a process pool in production, see
+`forecasting.fitter` for why) on a slower cadence than the tick.
+
+History is back-filled from Prometheus range queries when a component is first seen, in a
+background task outside the tick's deadline. While a component's back-fill runs, its tick
+observations are held back and appended after the back-filled history, so the series never
+goes back in time. Missing demand is recorded as NaN: time moves on, the window stays
+missing, never zero.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import math
+from collections.abc import Iterable
+from concurrent.futures import Executor
+from dataclasses import dataclass
+
+from autoscaler.adapters.prometheus_source import PrometheusSource
+from autoscaler.core.model import Component, ComponentKey, Forecast
+from forecasting.fitter import BackgroundFitter
+from forecasting.models import DEFAULT_MODEL, make_forecaster
+
+log = logging.getLogger(__name__)
+
+DEFAULT_STEP_S = 300.0
+DEFAULT_REFIT_INTERVAL_S = 900.0
+BACKFILL_STEP_S = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class ForecastStatus:
+    """What `/decisions` shows about one component's forecaster."""
+
+    model: str
+    backfilled: bool
+    backfill_error: str | None
+    fits_completed: int
+    last_fit_error: str | None
+
+
+class DemandForecasts:
+    """Forecasters by component; every method is cheap enough for the tick except `backfill`."""
+
+    def __init__(
+        self,
+        *,
+        executor: Executor,
+        model: str = DEFAULT_MODEL,
+        step_s: float = DEFAULT_STEP_S,
+        refit_interval_s: float = DEFAULT_REFIT_INTERVAL_S,
+        backfill_days: float = 7.0,
+        backfill_step_s: float = BACKFILL_STEP_S,
+    ) -> None:
+        self.model = model
+        self.backfill_days = backfill_days
+        self.backfill_step_s = backfill_step_s
+        # A partial of a module-level function: it must pickle into a process pool.
+        self._fitter: BackgroundFitter[ComponentKey] = BackgroundFitter(
+            make_forecaster=functools.partial(make_forecaster, model, step_s=step_s),
+            executor=executor,
+            refit_interval_s=refit_interval_s,
+        )
+        self._known: set[ComponentKey] = set()
+        self._pending: dict[ComponentKey, list[tuple[float, float]]] = {}
+        self._backfill_errors: dict[ComponentKey, str] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # -- back-fill ------------------------------------------------------------------------
+
+    def start_backfill(
+        self,
+        source: PrometheusSource,
+        components: Iterable[tuple[ComponentKey, Component]],
+        *,
+        now_s: float,
+    ) -> int:
+        """Back-fill every component not seen before, in the background; returns how many."""
+        new = [(key, kind) for key, kind in components if key not in self._known]
+        if not new:
+            return 0
+        for key, _ in new:
+            self._known.add(key)
+            self._pending[key] = []
+        task = asyncio.create_task(self._backfill(source, new, end_s=now_s), name="backfill")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return len(new)
+
+    async def _backfill(
+        self,
+        source: PrometheusSource,
+        components: list[tuple[ComponentKey, Component]],
+        *,
+        end_s: float,
+    ) -> None:
+        keys = [key for key, _ in components]
+        try:
+            if self.backfill_days > 0:
+                result = await source.backfill_demand(
+                    components, end_s=end_s, days=self.backfill_days, step_s=self.backfill_step_s
+                )
+                for key, history in result.histories.items():
+                    self._observe(key, history.timestamps_s.tolist(), history.values.tolist())
+                    if result.chunks_failed:
+                        self._backfill_errors[key] = (
+                            f"{result.chunks_failed} of {result.chunks_total} range queries "
+                            "failed; those days are missing"
+                        )
+                log.info(
+                    "back-filled demand history of %d components (%d range queries, %d failed)",
+                    len(keys),
+                    result.chunks_total,
+                    result.chunks_failed,
+                )
+        except Exception as err:  # a failed back-fill costs history, never the service
+            log.warning("demand back-fill failed: %r; forecasting from live data only", err)
+            for key in keys:
+                self._backfill_errors[key] = repr(err)
+        finally:
+            for key in keys:
+                held = self._pending.pop(key, [])
+                for t, v in held:
+                    self._observe(key, [t], [v])
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    # -- per tick -------------------------------------------------------------------------
+
+    def record(self, key: ComponentKey, *, now_s: float, demand: float | None) -> None:
+        """This tick's demand (None: missing, recorded as NaN so the window stays missing)."""
+        value = math.nan if demand is None else float(demand)
+        pending = self._pending.get(key)
+        if pending is not None:
+            pending.append((now_s, value))
+            return
+        self._known.add(key)
+        self._observe(key, [now_s], [value])
+
+    def _observe(self, key: ComponentKey, timestamps_s: list[float], values: list[float]) -> None:
+        try:
+            self._fitter.observe(key, timestamps_s, values)
+        except ValueError as err:
+            # A wall clock stepping back: drop the observation rather than the model.
+            log.warning("dropped demand observation of %s: %s", key, err)
+
+    def tick(self, *, now_s: float) -> None:
+        """Collect finished fits and submit due ones (never waits)."""
+        self._fitter.tick(now_s=now_s)
+
+    def forecast(self, key: ComponentKey, *, horizon_s: float) -> Forecast | None:
+        result = self._fitter.forecast(key, horizon_s)
+        if result is None:
+            return None
+        return Forecast(
+            point=result.point,
+            upper=result.upper,
+            horizon_s=result.horizon_s,
+            fallback_reason=result.fallback_reason,
+        )
+
+    def status(self, key: ComponentKey) -> ForecastStatus:
+        return ForecastStatus(
+            model=self.model,
+            backfilled=key in self._known and key not in self._pending,
+            backfill_error=self._backfill_errors.get(key),
+            fits_completed=self._fitter.fits_completed(key),
+            last_fit_error=self._fitter.last_fit_error(key),
+        )

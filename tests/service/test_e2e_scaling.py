@@ -1,0 +1,77 @@
+"""End to end: the service scales a PD deployment in whole gangs from real Prometheus data."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from tests.harness.fake_kube import FakeKube
+from tests.service.conftest import Live
+from tests.service.stack import (
+    DECODE,
+    PREFILL,
+    lws_pods,
+    pd_manifests,
+    settings_for,
+    spec_gangs,
+    start_service,
+    wait_until,
+)
+
+pytestmark = pytest.mark.prometheus
+
+
+async def test_rising_decode_queue_scales_decode_by_whole_gangs_and_keeps_prefill(
+    kube: FakeKube, live: Live
+) -> None:
+    ns = "up"
+    kube.add_namespace(ns)
+    no_buffer = {"gang-autoscaler.io/min-buffer": "0", "gang-autoscaler.io/max-buffer": "0"}
+    for manifest in pd_manifests(
+        ns, {PREFILL: {**no_buffer}, DECODE: {**no_buffer, "gang-autoscaler.io/forecast": "off"}}
+    ):
+        kube.apply(manifest)
+    # Decode starts at 2 gangs (the example), prefill at 1; both idle.
+    live.exporter.set_lws(namespace=ns, lws=PREFILL, waiting=0, kv_usage_fraction=0.1)
+    live.exporter.set_lws(namespace=ns, lws=DECODE, waiting=0, kv_usage_fraction=0.1)
+    running = await start_service(kube, settings_for(live.prometheus.url))
+    try:
+        await wait_until(lambda: running.service.loop.ticks >= 2, timeout_s=10, what="ticks")
+        assert spec_gangs(kube, ns, DECODE) == 2
+        # The decode queue builds up: 6 waiting per leader, target 2 per gang.
+        live.exporter.set_lws(namespace=ns, lws=DECODE, waiting=6)
+        seen_prefill = []
+
+        def decode_grew() -> bool:
+            seen_prefill.append(spec_gangs(kube, ns, PREFILL))
+            return spec_gangs(kube, ns, DECODE) >= 4
+
+        await wait_until(decode_grew, timeout_s=20, what="decode to scale up")
+        assert min(seen_prefill) >= 1
+        # Whole gangs: once the new groups are up, every group has both pods, all Ready.
+        await wait_until(
+            lambda: len(lws_pods(kube, ns, DECODE)) == 2 * spec_gangs(kube, ns, DECODE),
+            timeout_s=10,
+            what="decode pods",
+        )
+        groups: dict[str, int] = {}
+        for pod in lws_pods(kube, ns, DECODE):
+            group = pod["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/group-index"]
+            groups[group] = groups.get(group, 0) + 1
+        assert set(groups.values()) == {2}
+        _, body = await running.get("/decisions")
+        decode = body["components"][f"{ns}/{DECODE}"]
+        assert decode["plan"]["reason"] in ("scale_up_waiting", "scale_up_rate_limited")
+        assert spec_gangs(kube, ns, PREFILL) >= 1
+        scaled_up = await running.metric(
+            "gang_autoscaler_scale_writes_total",
+            namespace=ns,
+            deployment="llama",
+            component="decode",
+            direction="up",
+        )
+        assert scaled_up is not None and scaled_up >= 1
+        await asyncio.sleep(0)
+    finally:
+        await running.close()
