@@ -14,6 +14,7 @@ from typing import Any
 from autoscaler.adapters.kube_objects import Obj, annotations_of, meta
 from autoscaler.core.model import ComponentKey, DeploymentKey
 from autoscaler.core.policy import (
+    PREFIX,
     Policy,
     PolicyError,
     PolicyProblem,
@@ -48,6 +49,17 @@ def _spec_gangs(lws: Obj) -> int:
     # Kubernetes defaults spec.replicas to 1 when unset.
     replicas = (lws.get("spec") or {}).get("replicas")
     return 1 if replicas is None else int(replicas)
+
+
+def _deployment_of(key: ComponentKey, item: Mapping[str, Any]) -> DeploymentKey:
+    """The deployment a component belongs to, read directly from the annotation when its
+    policy did not parse, so a broken component still holds its partners."""
+    if item["deployment"] is not None:
+        deployment: DeploymentKey = item["deployment"]
+        return deployment
+    raw = annotations_of(item["lws"]).get(PREFIX + "deployment")
+    name = raw.strip() if isinstance(raw, str) and raw.strip() else key.lws
+    return DeploymentKey(key.namespace, name)
 
 
 def discover(
@@ -87,12 +99,26 @@ def discover(
             "uid": metadata.get("uid"),
         }
 
-    by_deployment: dict[DeploymentKey, dict[ComponentKey, Policy]] = {}
+    by_deployment: dict[DeploymentKey, dict[ComponentKey, Policy | None]] = {}
     for key, item in found.items():
-        if item["policy"] is not None:
-            by_deployment.setdefault(item["deployment"], {})[key] = item["policy"]
-    for policies in by_deployment.values():
-        for key, cross in validate_deployment(policies).items():
+        by_deployment.setdefault(_deployment_of(key, item), {})[key] = item["policy"]
+    for dep, members in by_deployment.items():
+        broken = sorted(k.lws for k, policy in members.items() if policy is None)
+        if broken:
+            # The deployment holds as a whole; say why, rather than "no decode component".
+            for key, policy in members.items():
+                if policy is not None:
+                    found[key]["problems"].append(
+                        PolicyProblem(
+                            PREFIX + "deployment",
+                            dep.name,
+                            f"component {', '.join(broken)} of this deployment has a policy "
+                            "problem; the whole deployment holds",
+                        )
+                    )
+            continue
+        valid = {k: p for k, p in members.items() if p is not None}
+        for key, cross in validate_deployment(valid).items():
             found[key]["problems"].extend(cross)
 
     return {

@@ -37,7 +37,10 @@ def test_a_bad_annotation_is_a_problem_not_an_exception():
     assert decode.policy is None and not decode.usable
     assert decode.problems[0].annotation == "gang-autoscaler.io/max-replicas"
     # its partner is held too: a PD deployment works only with both components
-    assert not prefill.usable and "no decode component" in str(prefill.problems[0])
+    assert not prefill.usable
+    assert "component llama-decode of this deployment has a policy problem" in str(
+        prefill.problems[0]
+    )
 
 
 def test_namespaces_filter():
