@@ -123,7 +123,13 @@ class Actuator:
 
     async def apply(self, gang_plan: GangPlan, state: KubeState, *, dry_run: bool) -> ApplyReport:
         self._check_leader()
-        balloon_pods = await self.list_balloon_pods()
+        balloon_pods: list[dict[str, Any]] | None
+        try:
+            balloon_pods = await self.list_balloon_pods()
+        except KubeApiError as err:
+            # Without a fresh view of the balloons, scale but leave the balloons alone.
+            log.warning("%s; balloon gangs untouched this pass", err)
+            balloon_pods = None
         out: dict[ComponentKey, ComponentApplied] = {}
         for key, comp in sorted(state.components.items()):
             plan = gang_plan.components.get(key)
@@ -134,14 +140,16 @@ class Actuator:
             except KubeAdapterError as err:
                 # One component's failure never stops the others.
                 out[key] = ComponentApplied(key, dry_run, errors=(str(err),))
-        orphans = await self._delete_orphans(state, balloon_pods, dry_run=dry_run)
+        orphans: tuple[str, ...] = ()
+        if balloon_pods is not None:
+            orphans = await self._delete_orphans(state, balloon_pods, dry_run=dry_run)
         return ApplyReport(components=out, orphan_balloons_deleted=orphans)
 
     async def _apply_one(
         self,
         comp: ComponentState,
         plan: ComponentPlan | None,
-        balloon_pods: list[dict[str, Any]],
+        balloon_pods: list[dict[str, Any]] | None,
         *,
         dry_run: bool,
     ) -> ComponentApplied:
@@ -182,6 +190,8 @@ class Actuator:
                 ),
             )
 
+        if balloon_pods is None:
+            return ComponentApplied(key, dry, outcome, events=tuple(notes))
         lws_balloons = [p for p in balloon_pods if namespace(p) == key.namespace]
         balloon_plan = plan_balloons(
             lws_balloons,
