@@ -120,12 +120,20 @@ class BackgroundFitter(Generic[Key]):
             if s.in_flight is None and s.fit_due_s <= now_s and s.timestamps_s
         )
         states = list(self._series.values())
+        submitted = 0
         for _, index in due[: max(0, free)]:
             state = states[index]
             history = Series(np.array(state.timestamps_s), np.array(state.values))
             state.snapshot_end = state.dropped + len(state.timestamps_s)
-            state.in_flight = self._executor.submit(fit_forecaster, self._make, history)
-        return min(len(due), max(0, free))
+            try:
+                state.in_flight = self._executor.submit(fit_forecaster, self._make, history)
+            except Exception as err:  # a shut-down or broken pool: keep serving, retry later
+                state.last_fit_error = f"cannot submit the fit: {type(err).__name__}: {err}"
+                state.fit_due_s = now_s + self.refit_interval_s
+                log.warning("cannot submit a fit: %s", err)
+                continue
+            submitted += 1
+        return submitted
 
     def _collect(self, key: Key, state: _SeriesState, *, now_s: float) -> None:
         future, state.in_flight = state.in_flight, None

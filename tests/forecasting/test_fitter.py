@@ -134,6 +134,20 @@ def test_a_failed_worker_keeps_the_previous_model() -> None:
     assert fitter._series["x"].fit_due_s == 61
 
 
+def test_a_shut_down_pool_is_reported_and_the_loop_goes_on() -> None:
+    ends, rates = five_minute_m_small(days=1)
+    pool = ThreadPoolExecutor(max_workers=1)
+    pool.shutdown()
+    fitter: BackgroundFitter[str] = BackgroundFitter(
+        make_forecaster=DailyStateSpace, executor=pool, refit_interval_s=60
+    )
+    fitter.observe("x", ends.tolist(), rates.tolist())
+    assert fitter.tick(now_s=0) == 0
+    assert fitter.last_fit_error("x").startswith("cannot submit the fit: RuntimeError")
+    assert fitter.tick(now_s=30) == 0  # not retried before the interval
+    assert fitter.forecast("x", 300).point == rates[-1]
+
+
 def test_observations_going_back_in_time_are_refused() -> None:
     with ThreadPoolExecutor(max_workers=1) as pool:
         fitter: BackgroundFitter[str] = BackgroundFitter(
