@@ -77,6 +77,7 @@ class Cluster:
         history_limit: int = 1000,
         auto_reconcile: bool = True,
         pod_ready_delay_s: float | None = 0.0,
+        pod_termination_scale: float | None = None,
         namespaces: tuple[str, ...] = DEFAULT_NAMESPACES,
         clock: Callable[[], dt.datetime] | None = None,
         crd_files: tuple[Path, ...] = (),
@@ -88,6 +89,9 @@ class Cluster:
         # 0: pods turn Ready when bound; > 0: that many seconds later (on the event loop);
         # None: only when a test calls set_pod_ready().
         self.pod_ready_delay_s = pod_ready_delay_s
+        # None: deleted pods vanish at once. A number: a bound pod is Terminating (it has a
+        # deletionTimestamp and keeps its resources) for its grace period times this scale.
+        self.pod_termination_scale = pod_termination_scale
         self.clock = clock or (lambda: dt.datetime.now(dt.UTC))
         self.request_log: list[tuple[str, str, str]] = []  # (method, path, content type)
         self._reconciling = False
@@ -318,6 +322,13 @@ class Cluster:
             )
         if options.get("propagationPolicy") == "Orphan" or options.get("orphanDependents"):
             self._orphan_dependents(uid)
+        if rtype.key == "/pods":
+            grace = self._pod_grace_seconds(current, options)
+            if grace > 0:
+                terminating = self._start_termination(current, grace)
+                if reconcile:
+                    self.after_write()
+                return self.present(rtype, terminating)
         final = self.store.delete(rtype.key, namespace or "", name)
         assert final is not None
         if rtype.key == "/namespaces":
@@ -325,6 +336,50 @@ class Cluster:
         if reconcile:
             self.after_write()
         return self.present(rtype, final)
+
+    def _pod_grace_seconds(self, pod: Obj, options: dict[str, Any]) -> int:
+        """The grace period of this pod deletion; 0 means the pod goes at once."""
+        if self.pod_termination_scale is None or not pod["spec"].get("nodeName"):
+            return 0  # an unbound pod has no kubelet to wait for
+        grace = options.get("gracePeriodSeconds")
+        if grace is None:
+            grace = pod["spec"].get("terminationGracePeriodSeconds", 30)
+        existing = pod["metadata"].get("deletionGracePeriodSeconds")
+        if existing is not None and grace >= existing:
+            grace = existing  # a second delete may shorten the grace period, never extend it
+        return max(int(grace), 0)
+
+    def _start_termination(self, pod: Obj, grace: int) -> Obj:
+        meta = pod["metadata"]
+        if meta.get("deletionGracePeriodSeconds") == grace:
+            return pod  # already terminating with this grace period
+        terminating = copy.deepcopy(pod)
+        terminating["metadata"]["deletionTimestamp"] = rfc3339(
+            self.clock() + dt.timedelta(seconds=grace)
+        )
+        terminating["metadata"]["deletionGracePeriodSeconds"] = grace
+        stored = self.store.write("/pods", terminating, change_type="MODIFIED")
+        uid = meta["uid"]
+        grace_s = grace * (self.pod_termination_scale or 0.0)
+
+        def finish() -> None:
+            current = self.store.get("/pods", meta["namespace"], meta["name"])
+            if current is not None and current["metadata"]["uid"] == uid:
+                self.store.delete("/pods", meta["namespace"], meta["name"])
+                self.after_write()
+
+        try:
+            self.schedule_later(grace_s, finish)
+        except RuntimeError:
+            self.store.delete("/pods", meta["namespace"], meta["name"])  # no loop to wait on
+        return stored
+
+    def finish_terminating(self) -> None:
+        """Test hook: every terminating pod's kubelet confirms now; the pods disappear."""
+        for pod in self.store.items("/pods"):
+            if pod["metadata"].get("deletionTimestamp"):
+                self.store.delete("/pods", pod["metadata"]["namespace"], pod["metadata"]["name"])
+        self.after_write()
 
     def delete_collection(
         self,

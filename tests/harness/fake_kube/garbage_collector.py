@@ -21,9 +21,14 @@ def collect_garbage(cluster: Cluster) -> None:
             for resource_key, obj in cluster.store.all_items()
             if (refs := obj["metadata"].get("ownerReferences"))
             and not any(ref.get("uid") in live_uids for ref in refs)
+            and not obj["metadata"].get("deletionTimestamp")
         ]
         if not garbage:
             return
         for resource_key, obj in garbage:
             meta = obj["metadata"]
-            cluster.store.delete(resource_key, meta.get("namespace", ""), meta["name"])
+            # Through the normal delete, so pods get their grace period as with the real GC.
+            group, _, plural = resource_key.partition("/")
+            cluster.delete(
+                cluster.rtype(group, plural), meta.get("namespace"), meta["name"], reconcile=False
+            )

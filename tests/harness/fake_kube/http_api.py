@@ -303,6 +303,11 @@ class KubeHttpApi:
             options = await self._body(request, required=False) or {}
             if "propagationPolicy" in params:
                 options["propagationPolicy"] = params["propagationPolicy"]
+            if "gracePeriodSeconds" in params:
+                try:
+                    options["gracePeriodSeconds"] = int(params["gracePeriodSeconds"])
+                except ValueError as err:
+                    raise errors.bad_request("gracePeriodSeconds must be an integer") from err
             return _json(cluster.delete(rtype, ns, name, options=options))
         raise errors.method_not_allowed(method)
 

@@ -50,7 +50,13 @@ def _group_key(namespace: str, leader_name: str) -> str:
     return hashlib.sha1(f"{namespace}/{leader_name}".encode()).hexdigest()
 
 
+def _terminating(pod: Obj) -> bool:
+    return bool(pod["metadata"].get("deletionTimestamp"))
+
+
 def _is_ready(pod: Obj) -> bool:
+    if _terminating(pod):
+        return False
     return any(
         c.get("type") == "Ready" and c.get("status") == "True"
         for c in (pod.get("status") or {}).get("conditions") or []
@@ -177,7 +183,15 @@ def _reconcile_one(cluster: Cluster, lws: Obj) -> None:
         "Default",
     )
     template_hash = _template_hash(lwt)
+    # `owned` holds every pod name still taken (Terminating ones too: a name is free only
+    # once the pod is gone); `live` only the pods not being deleted.
     owned = _owned_pods(cluster, lws)
+    live = {name: pod for name, pod in owned.items() if not _terminating(pod)}
+
+    def delete(name: str) -> None:
+        if name in live:
+            cluster.delete(pods_type, namespace, name, reconcile=False)
+            live.pop(name)
 
     # Scale-down and stray pods: anything outside groups 0..replicas-1 goes.
     wanted = {
@@ -185,15 +199,14 @@ def _reconcile_one(cluster: Cluster, lws: Obj) -> None:
         for g in range(replicas)
         for w in range(size)
     }
-    for name in sorted(set(owned) - wanted):
-        cluster.delete(pods_type, namespace, name, reconcile=False)
-        owned.pop(name)
+    for name in sorted(set(live) - wanted):
+        delete(name)
 
     for group in range(replicas):
         leader_name = f"{lws_name}-{group}"
         workers = [f"{leader_name}-{w}" for w in range(1, size)]
-        leader = owned.get(leader_name)
-        missing_workers = [w for w in workers if w not in owned]
+        leader = live.get(leader_name)
+        missing_workers = [w for w in workers if w not in live]
         # Groups whose workers were all created once (by leader uid), so that a missing
         # member later means "restarted", not "not created yet".
         started = leader is not None and leader["metadata"]["uid"] in cluster.started_groups
@@ -201,15 +214,15 @@ def _reconcile_one(cluster: Cluster, lws: Obj) -> None:
             # A member of a started group vanished: the real controller deletes the leader,
             # which recreates the whole group.
             for name in [leader_name, *workers]:
-                if name in owned:
-                    cluster.delete(pods_type, namespace, name, reconcile=False)
+                delete(name)
             continue
-        if recreate_group and leader is None and any(w in owned for w in workers):
+        if recreate_group and leader is None and any(w in live for w in workers):
             for name in workers:
-                if name in owned:
-                    cluster.delete(pods_type, namespace, name, reconcile=False)
+                delete(name)
             continue
         if leader is None:
+            if leader_name in owned:
+                continue  # the old leader is still terminating
             leader = _create(
                 cluster, lws, group=group, worker=0, size=size, template_hash=template_hash
             )
@@ -224,6 +237,8 @@ def _reconcile_one(cluster: Cluster, lws: Obj) -> None:
                     cluster, lws, group=group, worker=worker, size=size, template_hash=template_hash
                 )
                 complete = complete and created is not None
+            elif f"{leader_name}-{worker}" not in live:
+                complete = False  # an old worker of that name is still terminating
         if complete:
             cluster.started_groups.add(leader["metadata"]["uid"])
     _update_status(cluster, lws, replicas=replicas, size=size)

@@ -319,12 +319,19 @@ def _schedule_one(cluster: Cluster, pod: Obj) -> None:
         best = max(feasible, key=lambda n: (_score(requests, n), [-ord(c) for c in n.name]))
         _bind(cluster, pod, best.name)
         return
+    nominated = snapshot.nodes.get((pod.get("status") or {}).get("nominatedNodeName") or "")
+    if nominated is not None and _fits_once_terminated(snapshot, pod, requests, nominated):
+        return  # victims of an earlier preemption are still terminating: wait for them
     if (pod.get("spec") or {}).get("preemptionPolicy") != "Never":
         choice = _pick_preemption(snapshot, pod, requests)
         if choice is not None:
             node, victims = choice
             _preempt(cluster, pod, node.name, victims)
-            _bind(cluster, pod, node.name)
+            after = Snapshot.take(cluster).nodes[node.name]
+            if not _insufficient(requests, after.free()):
+                _bind(cluster, pod, node.name)
+            else:
+                _nominate(cluster, pod, node.name)
             return
     summary = ", ".join(f"{count} {reason}" for reason, count in sorted(reasons.items()))
     message = f"0/{len(snapshot.nodes)} nodes are available"
@@ -332,6 +339,23 @@ def _schedule_one(cluster: Cluster, pod: Obj) -> None:
     if snapshot.nodes:
         message += " preemption: not eligible or no victims found."
     _mark_unschedulable(cluster, pod, message)
+
+
+def _terminating(pods: Iterable[Obj]) -> list[Obj]:
+    return [p for p in pods if p["metadata"].get("deletionTimestamp")]
+
+
+def _fits_once_terminated(
+    snapshot: Snapshot, pod: Obj, requests: dict[str, Decimal], node: NodeState
+) -> bool:
+    leaving = _terminating(node.pods)
+    return bool(leaving) and not _insufficient(requests, node.free(without=leaving))
+
+
+def _nominate(cluster: Cluster, pod: Obj, node_name: str) -> None:
+    nominated = copy.deepcopy(pod)
+    nominated.setdefault("status", {})["nominatedNodeName"] = node_name
+    cluster.write_internal(cluster.rtype("", "pods"), nominated)
 
 
 def _pick_preemption(
@@ -342,20 +366,22 @@ def _pick_preemption(
     for node in snapshot.nodes.values():
         if snapshot.static_problem(pod, node) is not None:
             continue
-        lower = [p for p in node.pods if pod_priority(p) < priority]
+        # Pods already terminating will free their resources anyway: never victims again.
+        leaving = _terminating(node.pods)
+        lower = [p for p in node.pods if pod_priority(p) < priority and p not in leaving]
         if not lower:
             continue
-        if _insufficient(requests, node.free(without=lower)):
+        if _insufficient(requests, node.free(without=lower + leaving)):
             continue
-        if snapshot.affinity_problem(pod, node, excluding=lower) is not None:
+        if snapshot.affinity_problem(pod, node, excluding=lower + leaving) is not None:
             continue
         # Reprieve the most important victims first while the preemptor still fits.
         victims = sorted(lower, key=lambda p: (-pod_priority(p), p["metadata"]["name"]))
         kept_out: list[Obj] = list(victims)
         for candidate in victims:
             trial = [p for p in kept_out if p is not candidate]
-            if not _insufficient(requests, node.free(without=trial)) and (
-                snapshot.affinity_problem(pod, node, excluding=trial) is None
+            if not _insufficient(requests, node.free(without=trial + leaving)) and (
+                snapshot.affinity_problem(pod, node, excluding=trial + leaving) is None
             ):
                 kept_out = trial
         rank = (

@@ -31,6 +31,7 @@ class FakeKube(Cluster):
         history_limit: int = 1000,
         auto_reconcile: bool = True,
         pod_ready_delay_s: float | None = 0.0,
+        pod_termination_scale: float | None = None,
         bookmark_interval_s: float = 1.0,
         watch_timeout_s: float = 1800.0,
         namespaces: tuple[str, ...] = DEFAULT_NAMESPACES,
@@ -42,6 +43,7 @@ class FakeKube(Cluster):
             history_limit=history_limit,
             auto_reconcile=auto_reconcile,
             pod_ready_delay_s=pod_ready_delay_s,
+            pod_termination_scale=pod_termination_scale,
             namespaces=namespaces,
             clock=clock,
         )
