@@ -31,7 +31,7 @@ from forecasting.series import FloatArray, Windows
 
 
 class HoltWinters(GridForecaster):
-    """Level + additive daily season (no trend: a trend extrapolated minutes ahead overshoots)."""
+    """Level + additive daily season; no trend term (see docs/forecasting.md)."""
 
     name = "holt_winters"
 
