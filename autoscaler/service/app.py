@@ -321,5 +321,5 @@ async def serve(settings: RunSettings, *, stop: asyncio.Event | None = None) -> 
 
 def run_service(settings: RunSettings) -> int:
     """Entry point of `gang-autoscaler run`."""
-    configure_logging(settings.log_format)
+    configure_logging(settings.log_format, level=logging.getLevelName(settings.log_level))
     return asyncio.run(serve(settings))

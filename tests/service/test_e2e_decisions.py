@@ -1,0 +1,175 @@
+"""End to end: `/decisions` explains every number it reports; dry-run writes nothing."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+
+from autoscaler.core.gang_plan import Reason
+from tests.harness.fake_kube import FakeKube
+from tests.service.conftest import Live
+from tests.service.stack import (
+    DECODE,
+    PREFILL,
+    balloon_pods,
+    pd_manifests,
+    settings_for,
+    spec_gangs,
+    start_service,
+    wait_until,
+    writes,
+)
+
+pytestmark = pytest.mark.prometheus
+
+REASONS = {r.value for r in Reason}
+SIGNALS = ("waiting_requests", "running_requests", "kv_usage_fraction", "demand")
+
+
+def check_explained(entry: dict[str, Any], *, spec: int) -> None:
+    """Every number of one component's plan is traced to a step with a reason, and every
+    input the core used is shown (a missing one with why it is missing)."""
+    plan = entry["plan"]
+    steps = plan["steps"]
+    assert steps, "a plan without steps explains nothing"
+    assert all(s["reason"] in REASONS for s in steps)
+    gang_steps = [s for s in steps if s["stage"] != "buffer"]
+    buffer_steps = [s for s in steps if s["stage"] == "buffer"]
+    # The last stage that set the gangs gives the desired count, with the plan's reason.
+    assert gang_steps[-1]["gangs"] == plan["desired_gangs"]
+    assert plan["reason"] in {s["reason"] for s in gang_steps}
+    if not plan["hold"]:
+        assert buffer_steps[-1]["gangs"] == plan["balloon_gangs"]
+        assert buffer_steps[-1]["reason"] == plan["balloon_reason"]
+    assert plan["current_gangs"] == spec == entry["inputs"]["spec_gangs"]
+    inputs = entry["inputs"]
+    assert len(inputs["gangs"]) == spec
+    assert all(g["state"] in ("ready", "starting", "partial", "pending") for g in inputs["gangs"])
+    for name in SIGNALS:
+        value = inputs["signals"][name]
+        assert value is not None or name in inputs["signals"]["missing_reasons"], name
+    assert entry["policy"] is not None and entry["policy_problems"] == []
+
+
+async def test_decisions_explain_every_number(
+    kube: FakeKube, live: Live, caplog: pytest.LogCaptureFixture
+) -> None:
+    ns = "decisions"
+    kube.add_namespace(ns)
+    for manifest in pd_manifests(ns, {}):
+        kube.apply(manifest)
+    live.exporter.set_lws(
+        namespace=ns, lws=PREFILL, waiting=1, kv_usage_fraction=0.5, prompt_tokens_per_s=4000
+    )
+    live.exporter.set_lws(
+        namespace=ns, lws=DECODE, waiting=3, kv_usage_fraction=0.6, generation_tokens_per_s=900
+    )
+    caplog.set_level(logging.INFO, logger="autoscaler.service.control_loop")
+    running = await start_service(kube, settings_for(live.prometheus.url))
+    try:
+
+        async def planned_with_forecast() -> bool:
+            _, body = await running.get("/decisions")
+            comps = body["components"]
+            return len(comps) == 2 and all(
+                c["plan"] and c["forecast"]["point"] is not None and c["applied"]
+                for c in comps.values()
+            )
+
+        await wait_until(planned_with_forecast, timeout_s=30, what="plans with forecasts")
+        status, body = await running.get("/decisions")
+        assert status == 200
+        assert body["role"] == "leader" and body["outcome"] == "ok"
+        for lws in (PREFILL, DECODE):
+            entry = body["components"][f"{ns}/{lws}"]
+            check_explained(entry, spec=entry["inputs"]["spec_gangs"])
+            forecast = entry["forecast"]
+            assert forecast["upper"] >= forecast["point"] >= 0
+            assert forecast["horizon_s"] == 360.0  # the example's lead-time: 6m
+            assert forecast["model"]["backfilled"] is True
+        decode = body["components"][f"{ns}/{DECODE}"]
+        assert decode["component"] == "decode" and decode["deployment"] == "llama"
+        assert decode["policy"]["target_waiting"] == 2.0
+        # Sums over the leaders of ready gangs: each exporter leader reports 3 waiting.
+        ready = decode["inputs"]["ready_gangs"]
+        assert decode["inputs"]["signals"]["waiting_requests"] == pytest.approx(3 * ready)
+        # rate() over 5 s is still ramping up from the load's start: at most 900 per leader.
+        assert 0 < decode["inputs"]["signals"]["demand"] <= 900 * ready * 1.1
+        # Every decision logs its reason, with the numbers as structured fields.
+        logged = {r.component_key: r for r in caplog.records if hasattr(r, "component_key")}
+        for lws in (PREFILL, DECODE):
+            record = logged[f"{ns}/{lws}"]
+            assert record.reason in REASONS  # type: ignore[attr-defined]
+            assert record.desired_gangs >= 1  # type: ignore[attr-defined]
+    finally:
+        await running.close()
+
+
+async def test_dry_run_decides_everything_and_writes_nothing(kube: FakeKube, live: Live) -> None:
+    ns = "dry"
+    kube.add_namespace(ns)
+    for manifest in pd_manifests(ns, {}):
+        kube.apply(manifest)
+    live.exporter.set_lws(namespace=ns, lws=PREFILL, waiting=0, kv_usage_fraction=0.3)
+    live.exporter.set_lws(namespace=ns, lws=DECODE, waiting=20, kv_usage_fraction=0.9)
+    before = len(writes(kube))
+    running = await start_service(kube, settings_for(live.prometheus.url, dry_run=True))
+    try:
+
+        async def wants_changes() -> bool:
+            _, body = await running.get("/decisions")
+            decode = body["components"].get(f"{ns}/{DECODE}")
+            return bool(decode and decode["plan"] and decode["plan"]["changes_replicas"])
+
+        await wait_until(wants_changes, timeout_s=20, what="a plan that changes replicas")
+        ticks = running.service.loop.ticks
+        await wait_until(
+            lambda: running.service.loop.ticks >= ticks + 3, timeout_s=10, what="ticks"
+        )
+        _, body = await running.get("/decisions")
+        assert body["role"] == "dry-run"
+        decode = body["components"][f"{ns}/{DECODE}"]
+        assert decode["plan"]["desired_gangs"] > decode["plan"]["current_gangs"] == 2
+        assert decode["plan"]["balloon_gangs"] >= 1  # the example's decode min-buffer
+        assert decode["applied"]["dry_run"] is True
+        check_explained(decode, spec=2)
+        # Nothing was written: no /scale, no balloon pod, no Event, not even a Lease.
+        assert writes(kube)[before:] == []
+        assert kube.requests(path_contains="/leases") == []
+        assert spec_gangs(kube, ns, DECODE) == 2
+        assert balloon_pods(kube, ns) == []
+        status, ready = await running.get("/readyz")
+        assert status == 200 and ready["role"] == "dry-run"
+    finally:
+        await running.close()
+
+
+async def test_dry_run_annotation_spares_only_that_lws(kube: FakeKube, live: Live) -> None:
+    ns = "dry"
+    kube.add_namespace(ns)
+    for manifest in pd_manifests(ns, {DECODE: {"gang-autoscaler.io/dry-run": "true"}}):
+        kube.apply(manifest)
+    live.exporter.set_lws(namespace=ns, lws=PREFILL, waiting=0, kv_usage_fraction=0.3)
+    live.exporter.set_lws(namespace=ns, lws=DECODE, waiting=20, kv_usage_fraction=0.9)
+    running = await start_service(kube, settings_for(live.prometheus.url))
+    try:
+
+        async def decided() -> bool:
+            _, body = await running.get("/decisions")
+            decode = body["components"].get(f"{ns}/{DECODE}")
+            return bool(decode and decode["applied"] and decode["plan"]["changes_replicas"])
+
+        await wait_until(decided, timeout_s=20, what="a decode plan acted on")
+        _, body = await running.get("/decisions")
+        decode = body["components"][f"{ns}/{DECODE}"]
+        prefill = body["components"][f"{ns}/{PREFILL}"]
+        assert decode["applied"]["dry_run"] is True and prefill["applied"]["dry_run"] is False
+        assert decode["applied"]["scale"] is None
+        decode_writes = [w for w in writes(kube) if DECODE in w[1]]
+        assert decode_writes == []
+        assert spec_gangs(kube, ns, DECODE) == 2
+        assert balloon_pods(kube, ns, DECODE) == []
+    finally:
+        await running.close()
