@@ -7,7 +7,10 @@ objects are the vLLM LWS guide's example (2 pods per gang, 8 GPUs each), one nod
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import copy
+import functools
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -16,6 +19,7 @@ import pytest
 from kubernetes_asyncio import client
 
 from autoscaler.adapters.kube_adapter import KubeAdapter
+from autoscaler.adapters.kube_cache import WatchCache
 from autoscaler.adapters.kube_objects import LWS_GROUP, LWS_PLURAL, LWS_VERSION
 from autoscaler.adapters.lws_scaler import ScaleResult
 from autoscaler.core.decision import plan as core_plan
@@ -308,18 +312,20 @@ async def test_a_manual_scale_is_reported_not_fought(kube, adapter, api):
 
 
 async def test_an_hpa_on_the_lws_is_reported_and_nothing_is_written(kube, adapter, api):
-    # The fake serves no HPAs natively; register the autoscaling/v2 type on it.
-    kube.registry.add(
-        ResourceType(
-            "autoscaling",
-            "v2",
-            "horizontalpodautoscalers",
-            "horizontalpodautoscaler",
-            "HorizontalPodAutoscaler",
-            True,
-            ("hpa",),
+    # Older versions of the fake serve no HPAs; register the autoscaling/v2 type if needed.
+    served = {(t.group, t.plural) for t in kube.registry.all()}
+    if ("autoscaling", "horizontalpodautoscalers") not in served:
+        kube.registry.add(
+            ResourceType(
+                "autoscaling",
+                "v2",
+                "horizontalpodautoscalers",
+                "horizontalpodautoscaler",
+                "HorizontalPodAutoscaler",
+                True,
+                ("hpa",),
+            )
         )
-    )
     add_gpu_nodes(kube, 4)
     add_pd(kube)
     kube.apply(
@@ -635,3 +641,26 @@ async def test_core_plan_drives_buffer_and_scale_up_end_to_end(kube, adapter):
     assert len({nodes[p["spec"]["nodeName"]] for p in balloons}) == 1
     await settle(adapter, kube)
     assert adapter.snapshot(now_s=now + 60).observations({}).components[key].balloon_gangs == 1
+
+
+async def test_a_cache_keeps_retrying_a_failing_list_until_it_works(kube, api):
+    widgets = ResourceType("example.com", "v1", "widgets", "widget", "Widget", True, custom=True)
+    cache = WatchCache(
+        functools.partial(
+            client.CustomObjectsApi(api).list_cluster_custom_object, "example.com", "v1", "widgets"
+        ),
+        name="widgets",
+        retry_delay_s=0.05,
+    )
+    task = asyncio.create_task(cache.run())
+    try:
+        await asyncio.sleep(0.3)
+        assert not cache.synced.is_set()
+        assert cache.last_error is not None and "404" in cache.last_error
+        kube.registry.add(widgets)  # the API appears (e.g. its CRD gets installed)
+        await asyncio.wait_for(cache.synced.wait(), 5)
+        assert cache.items() == []
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
