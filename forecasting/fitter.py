@@ -96,6 +96,11 @@ class BackgroundFitter(Generic[Key]):
         state = self._series.get(key)
         return None if state is None else state.forecaster.forecast(horizon_s)
 
+    def last_window_end_s(self, key: Key) -> float | None:
+        """End of the last closed window of `key`: where `forecast`'s horizon starts."""
+        state = self._series.get(key)
+        return None if state is None else state.forecaster.last_window_end_s
+
     def fits_completed(self, key: Key) -> int:
         state = self._series.get(key)
         return 0 if state is None else state.fits_completed

@@ -146,6 +146,8 @@ def test_a_shut_down_pool_is_reported_and_the_loop_goes_on() -> None:
     assert fitter.last_fit_error("x").startswith("cannot submit the fit: RuntimeError")
     assert fitter.tick(now_s=30) == 0  # not retried before the interval
     assert fitter.forecast("x", 300).point == rates[-1]
+    assert fitter.last_window_end_s("x") == ends[-1]
+    assert fitter.last_window_end_s("unknown") is None
 
 
 def test_observations_going_back_in_time_are_refused() -> None:
