@@ -83,7 +83,22 @@ NON_DEFAULT_VALUES: dict[str, Any] = {
     "priorityClassName": "system-cluster-critical",
 }
 
-VALUE_SETS = {"default": None, "non-default": NON_DEFAULT_VALUES}
+# Everything optional switched off, and an existing ServiceAccount.
+MINIMAL_VALUES: dict[str, Any] = {
+    "serviceAccount": {"create": False, "name": "existing-sa", "annotations": {}},
+    "dashboards": {
+        "enabled": False,
+        "label": "grafana_dashboard",
+        "labelValue": "1",
+        "namespace": "",
+        "annotations": {},
+    },
+    "podDisruptionBudget": {"enabled": False, "minAvailable": 1},
+    "balloonPriorityClass": {"create": False, "value": -5},
+    "resources": {"requests": {"cpu": 0.05, "ephemeral-storage": "100Mi"}},
+}
+
+VALUE_SETS = {"default": None, "non-default": NON_DEFAULT_VALUES, "minimal": MINIMAL_VALUES}
 
 
 @pytest.fixture(scope="session")

@@ -21,6 +21,7 @@ from autoscaler.service.settings import (
 )
 from tests.charts.conftest import (
     CHART_DIR,
+    MINIMAL_VALUES,
     NAMESPACE,
     NON_DEFAULT_VALUES,
     REPO,
@@ -82,6 +83,25 @@ def test_non_default_values_render_the_optional_objects(chart: helm.Chart) -> No
     assert dashboards["metadata"]["annotations"] == {"grafana_folder": "LLM serving"}
 
 
+def test_minimal_values_render_only_what_is_needed(chart: helm.Chart) -> None:
+    objects = render_objects(chart, MINIMAL_VALUES)
+    kinds = sorted(o["kind"] for o in objects)
+    assert kinds == sorted(
+        [
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "ConfigMap",
+            "Deployment",
+            "Role",
+            "RoleBinding",
+            "Service",
+        ]
+    )
+    pod = one(objects, "Deployment")["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "existing-sa"
+    assert one(objects, "ClusterRoleBinding")["subjects"][0]["name"] == "existing-sa"
+
+
 def test_default_values_render_pdb_and_balloon_priority_class(chart: helm.Chart) -> None:
     objects = render_objects(chart, None)
     assert "ServiceMonitor" not in {o["kind"] for o in objects}
@@ -126,10 +146,11 @@ def test_metrics_service_selects_the_pods(rendered: list[dict[str, Any]]) -> Non
     assert any(p["name"] == "http" for p in container["ports"])
 
 
+@pytest.mark.parametrize("values", [None, NON_DEFAULT_VALUES], ids=["default", "non-default"])
 def test_dashboards_configmap_carries_the_repository_dashboards(
-    rendered: list[dict[str, Any]],
+    chart: helm.Chart, values: dict[str, Any] | None
 ) -> None:
-    configmap = one(rendered, "ConfigMap", "-dashboards")
+    configmap = one(render_objects(chart, values), "ConfigMap", "-dashboards")
     assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"
     shipped = {path.name: path.read_text() for path in (REPO / "dashboards").glob("*.json")}
     assert len(shipped) >= 2

@@ -26,12 +26,12 @@ def help_flags(*argv: str) -> set[str]:
     return set(FLAG.findall(result.stdout))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def run_flags() -> set[str]:
     return help_flags("run")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def top_flags() -> set[str]:
     return help_flags()
 
