@@ -22,6 +22,7 @@ from typing import Any
 from tests.harness.fake_kube import errors
 from tests.harness.fake_kube.crd import CustomResource, leaderworkerset_crd, load_crd
 from tests.harness.fake_kube.errors import ApiError
+from tests.harness.fake_kube.event_views import VIEW_KEY, core_to_events, events_to_core
 from tests.harness.fake_kube.patching import (
     MERGE_PATCH,
     STRATEGIC_MERGE_PATCH,
@@ -120,13 +121,13 @@ class Cluster:
     # -- reads ---------------------------------------------------------------------------
 
     def get(self, rtype: ResourceType, namespace: str | None, name: str) -> Obj:
-        stored = self.store.get(rtype.key, namespace or "", name)
+        stored = self.store.get(self.storage_key(rtype), namespace or "", name)
         if stored is None:
             raise errors.not_found(rtype.plural, name, group=rtype.group)
         return self.present(rtype, stored)
 
     def find(self, rtype: ResourceType, namespace: str | None, name: str) -> Obj | None:
-        stored = self.store.get(rtype.key, namespace or "", name)
+        stored = self.store.get(self.storage_key(rtype), namespace or "", name)
         return None if stored is None else self.present(rtype, stored)
 
     def list_objects(
@@ -139,14 +140,25 @@ class Cluster:
     ) -> list[Obj]:
         labels = parse_label_selector(label_selector)
         fields = parse_field_selector(field_selector, resource_key=rtype.key)
-        return [
+        presented = (
             self.present(rtype, obj)
-            for obj in self.store.items(rtype.key, namespace)
-            if labels_match(labels, obj["metadata"].get("labels")) and fields_match(fields, obj)
-        ]
+            for obj in self.store.items(self.storage_key(rtype), namespace)
+            if labels_match(labels, obj["metadata"].get("labels"))
+        )
+        return [obj for obj in presented if fields_match(fields, obj)]
+
+    def storage_key(self, rtype: ResourceType) -> str:
+        """Where objects of this type are stored: a view type shares another's storage."""
+        return "/events" if rtype.key == VIEW_KEY else rtype.key
+
+    def _storage_type(self, rtype: ResourceType) -> ResourceType:
+        return self.rtype("", "events") if rtype.key == VIEW_KEY else rtype
+
+    def _to_storage(self, rtype: ResourceType, obj: Obj) -> Obj:
+        return events_to_core(obj) if rtype.key == VIEW_KEY else obj
 
     def present(self, rtype: ResourceType, stored: Obj) -> Obj:
-        obj = copy.deepcopy(stored)
+        obj = core_to_events(stored) if rtype.key == VIEW_KEY else copy.deepcopy(stored)
         obj["apiVersion"] = rtype.api_version
         obj["kind"] = rtype.kind
         return obj
@@ -158,8 +170,8 @@ class Cluster:
     ) -> Obj:
         if not isinstance(body, dict):
             raise errors.bad_request("the body of a create must be a JSON object")
-        obj = copy.deepcopy(body)
-        self._check_type_fields(rtype, obj)
+        self._check_type_fields(rtype, body)
+        obj = self._to_storage(rtype, copy.deepcopy(body))
         meta = obj.setdefault("metadata", {})
         if not isinstance(meta, dict):
             raise errors.bad_request("metadata must be an object")
@@ -193,7 +205,7 @@ class Cluster:
             meta["name"] = prefix + "".join(random.choices(_GENERATE_ALPHABET, k=5))
         name = meta["name"]
         self._check_name(rtype, name)
-        if self.store.get(rtype.key, meta.get("namespace", ""), name) is not None:
+        if self.store.get(self.storage_key(rtype), meta.get("namespace", ""), name) is not None:
             raise errors.already_exists(rtype.plural, name, group=rtype.group)
         for key in ("deletionTimestamp", "deletionGracePeriodSeconds", "managedFields"):
             meta.pop(key, None)
@@ -204,7 +216,7 @@ class Cluster:
             # The status of a type with a status subresource is not settable on create.
             obj.pop("status", None)
         obj = self._admit(rtype, obj, old=None)
-        self.store.write(rtype.key, obj, change_type="ADDED")
+        self.store.write(self.storage_key(rtype), obj, change_type="ADDED")
         created = self.get(rtype, meta.get("namespace"), name)
         if reconcile:
             self.after_write()
@@ -222,7 +234,7 @@ class Cluster:
     ) -> Obj:
         if not isinstance(body, dict):
             raise errors.bad_request("the body of an update must be a JSON object")
-        current = self.store.get(rtype.key, namespace or "", name)
+        current = self.store.get(self.storage_key(rtype), namespace or "", name)
         if current is None:
             raise errors.not_found(rtype.plural, name, group=rtype.group)
         self._check_type_fields(rtype, body)
@@ -248,7 +260,9 @@ class Cluster:
                 ],
                 group=rtype.group,
             )
-        updated = self._merge_update(rtype, current, copy.deepcopy(body), subresource=subresource)
+        updated = self._merge_update(
+            rtype, current, self._to_storage(rtype, copy.deepcopy(body)), subresource=subresource
+        )
         result = self._commit_update(rtype, current, updated)
         if reconcile:
             self.after_write()
@@ -265,7 +279,7 @@ class Cluster:
         subresource: str | None = None,
         reconcile: bool = True,
     ) -> Obj:
-        current = self.store.get(rtype.key, namespace or "", name)
+        current = self.store.get(self.storage_key(rtype), namespace or "", name)
         if current is None:
             raise errors.not_found(rtype.plural, name, group=rtype.group)
         base = self.present(rtype, current)
@@ -280,7 +294,9 @@ class Cluster:
         sent_rv = meta.get("resourceVersion")
         if sent_rv and str(sent_rv) != current["metadata"]["resourceVersion"]:
             raise errors.conflict(rtype.plural, name, group=rtype.group)
-        updated = self._merge_update(rtype, current, patched, subresource=subresource)
+        updated = self._merge_update(
+            rtype, current, self._to_storage(rtype, patched), subresource=subresource
+        )
         result = self._commit_update(rtype, current, updated)
         if reconcile:
             self.after_write()
@@ -295,7 +311,7 @@ class Cluster:
         options: dict[str, Any] | None = None,
         reconcile: bool = True,
     ) -> Obj:
-        current = self.store.get(rtype.key, namespace or "", name)
+        current = self.store.get(self.storage_key(rtype), namespace or "", name)
         if current is None:
             raise errors.not_found(rtype.plural, name, group=rtype.group)
         options = options or {}
@@ -329,7 +345,7 @@ class Cluster:
                 if reconcile:
                     self.after_write()
                 return self.present(rtype, terminating)
-        final = self.store.delete(rtype.key, namespace or "", name)
+        final = self.store.delete(self.storage_key(rtype), namespace or "", name)
         assert final is not None
         if rtype.key == "/namespaces":
             self._delete_namespace_contents(name)
@@ -509,7 +525,7 @@ class Cluster:
     def write_internal(self, rtype: ResourceType, obj: Obj) -> Obj:
         """Controller write of a whole object (spec and status), skipping no-op writes."""
         current = self.store.get(
-            rtype.key, obj["metadata"].get("namespace", ""), obj["metadata"]["name"]
+            self.storage_key(rtype), obj["metadata"].get("namespace", ""), obj["metadata"]["name"]
         )
         if current is None:
             raise errors.not_found(rtype.plural, obj["metadata"]["name"], group=rtype.group)
@@ -520,7 +536,9 @@ class Cluster:
         stored = _without(current, "apiVersion", "kind")
         if candidate == stored:
             return self.present(rtype, current)
-        return self.present(rtype, self.store.write(rtype.key, candidate, change_type="MODIFIED"))
+        return self.present(
+            rtype, self.store.write(self.storage_key(rtype), candidate, change_type="MODIFIED")
+        )
 
     def schedule_later(self, delay_s: float, callback: Callable[[], None]) -> None:
         asyncio.get_running_loop().call_later(delay_s, callback)
@@ -639,11 +657,14 @@ class Cluster:
         updated["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
         if updated == _without(current, "apiVersion", "kind"):
             return self.present(rtype, current)  # a no-op write keeps its resourceVersion
-        return self.present(rtype, self.store.write(rtype.key, updated, change_type="MODIFIED"))
+        return self.present(
+            rtype, self.store.write(self.storage_key(rtype), updated, change_type="MODIFIED")
+        )
 
     def _admit(self, rtype: ResourceType, obj: Obj, *, old: Obj | None) -> Obj:
         from tests.harness.fake_kube.admission import admit_builtin, metadata_problems
 
+        rtype = self._storage_type(rtype)
         problems = metadata_problems(obj.get("metadata") or {})
         if problems:
             raise errors.invalid(rtype.kind, obj["metadata"]["name"], problems, group=rtype.group)

@@ -385,7 +385,9 @@ class KubeHttpApi:
         bookmarks = params.get("allowWatchBookmarks", "").lower() in _TRUE
 
         def matches(obj: dict[str, Any]) -> bool:
-            return labels_match(labels, obj["metadata"].get("labels")) and fields_match(fields, obj)
+            return labels_match(labels, obj["metadata"].get("labels")) and fields_match(
+                fields, cluster.present(rtype, obj)
+            )
 
         response = web.StreamResponse(headers={"Content-Type": "application/json"})
         await response.prepare(request)
@@ -399,11 +401,11 @@ class KubeHttpApi:
             await response.write_eof()
             return response
 
-        watcher = Watcher(rtype.key, target.namespace, matches)
+        watcher = Watcher(cluster.storage_key(rtype), target.namespace, matches)
         # Replaying and registering happen without an await in between, so no change is
         # lost or sent twice.
         if since is None:
-            for obj in store.items(rtype.key, target.namespace):
+            for obj in store.items(cluster.storage_key(rtype), target.namespace):
                 if matches(obj):
                     watcher.queue.put_nowait(("ADDED", obj))
         else:

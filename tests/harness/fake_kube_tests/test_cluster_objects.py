@@ -95,6 +95,9 @@ async def test_events_in_both_apis(api: client.ApiClient) -> None:
             message="2 -> 3 gangs",
             type="Normal",
             count=1,
+            # Without eventTime kubernetes-asyncio cannot read the event back through
+            # EventsV1Api (the real server sends null there too).
+            event_time=dt.datetime.now(dt.UTC),
         ),
     )
     await events.create_namespaced_event(
@@ -117,6 +120,25 @@ async def test_events_in_both_apis(api: client.ApiClient) -> None:
     assert [e.message for e in core_events.items] == ["2 -> 3 gangs"]
     new_events = await events.list_namespaced_event("default", field_selector="type=Warning")
     assert [(e.reason, e.note) for e in new_events.items] == [("PolicyRejected", "bad annotation")]
+    # One object, two views: each API sees the other's events, fields renamed.
+    seen_as_core = await core.read_namespaced_event("decode.2", "default")
+    assert (seen_as_core.message, seen_as_core.involved_object.name) == ("bad annotation", "decode")
+    assert seen_as_core.reporting_component == "gang-autoscaler.io/controller"
+    seen_as_new = await events.read_namespaced_event("decode.1", "default")
+    assert (seen_as_new.note, seen_as_new.regarding.uid, seen_as_new.deprecated_count) == (
+        "2 -> 3 gangs",
+        "u-1",
+        1,
+    )
+    by_regarding = await events.list_namespaced_event(
+        "default", field_selector="regarding.name=decode"
+    )
+    assert sorted(e.metadata.name for e in by_regarding.items) == ["decode.1", "decode.2"]
+    patched = await events.patch_namespaced_event(
+        "decode.1", "default", {"deprecatedCount": 2}, _content_type="application/merge-patch+json"
+    )
+    assert patched.deprecated_count == 2
+    assert (await core.read_namespaced_event("decode.1", "default")).count == 2
 
 
 async def test_priority_classes(api: client.ApiClient) -> None:
