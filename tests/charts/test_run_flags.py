@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
 from typing import Any
@@ -15,8 +16,11 @@ FLAG = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*)")
 
 
 def help_flags(*argv: str) -> set[str]:
+    # The installed console script when there is one (what the image runs), else the module.
+    script = shutil.which("gang-autoscaler")
+    command = [script] if script else [sys.executable, "-m", "autoscaler.cli"]
     result = subprocess.run(
-        [sys.executable, "-m", "autoscaler.cli", *argv, "--help"],
+        [*command, *argv, "--help"],
         capture_output=True,
         text=True,
         timeout=60,
