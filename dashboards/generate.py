@@ -353,7 +353,7 @@ def deployment_dashboard() -> dict[str, Any]:
             "hide": False,
             "iconColor": "orange",
             "expr": f"changes(gang_autoscaler_desired_gangs{{{s}}}[$__rate_interval]) > 0",
-            "step": "$__rate_interval",
+            "step": "30s",  # Grafana merges consecutive hits into one region
             "titleFormat": "{{component}}: desired gangs changed",
             "textFormat": "see Decisions by reason and /decisions",
             "tagKeys": "component",
