@@ -1,0 +1,113 @@
+"""End to end: Prometheus going away holds every component and the loop stays healthy; a
+falling load scales down only after the scale-down window."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from tests.harness.fake_kube import FakeKube
+from tests.service.conftest import Live
+from tests.service.stack import (
+    DECODE,
+    PREFILL,
+    pd_manifests,
+    settings_for,
+    spec_gangs,
+    start_service,
+    wait_until,
+)
+
+pytestmark = pytest.mark.prometheus
+
+NO_BUFFER = {"gang-autoscaler.io/min-buffer": "0", "gang-autoscaler.io/max-buffer": "0"}
+
+
+async def test_prometheus_down_holds_everything_and_resumes(kube: FakeKube, live: Live) -> None:
+    ns = "prom-down"
+    kube.add_namespace(ns)
+    for manifest in pd_manifests(ns, {PREFILL: NO_BUFFER, DECODE: NO_BUFFER}):
+        kube.apply(manifest)
+    live.exporter.set_lws(namespace=ns, lws=PREFILL, waiting=0, kv_usage_fraction=0.5)
+    live.exporter.set_lws(namespace=ns, lws=DECODE, waiting=2, kv_usage_fraction=0.6)
+    running = await start_service(kube, settings_for(live.prometheus.url))
+    try:
+
+        async def planned_on_data() -> bool:
+            _, body = await running.get("/decisions")
+            plans = [c["plan"] for c in body["components"].values()]
+            return len(plans) == 2 and all(p and p["reason"] != "hold_missing_data" for p in plans)
+
+        await wait_until(planned_on_data, timeout_s=20, what="plans on live data")
+        errors_before = await running.metric("gang_autoscaler_errors_total", kind="prometheus")
+        gangs_before = {lws: spec_gangs(kube, ns, lws) for lws in (PREFILL, DECODE)}
+
+        await asyncio.to_thread(live.prometheus.stop)
+        # While Prometheus is away the queue grows: nothing may act on it.
+        live.exporter.set_lws(namespace=ns, lws=DECODE, waiting=20, kv_usage_fraction=0.95)
+        ticks = running.service.loop.ticks
+        await wait_until(
+            lambda: running.service.loop.ticks >= ticks + 6, timeout_s=15, what="ticks"
+        )
+        _, body = await running.get("/decisions")
+        for lws in (PREFILL, DECODE):
+            entry = body["components"][f"{ns}/{lws}"]
+            plan = entry["plan"]
+            assert plan["reason"] == "hold_missing_data"
+            assert plan["desired_gangs"] == plan["current_gangs"] == gangs_before[lws]
+            reasons = entry["inputs"]["signals"]["missing_reasons"]
+            assert "prometheus" in reasons["waiting_requests"]
+        assert {lws: spec_gangs(kube, ns, lws) for lws in (PREFILL, DECODE)} == gangs_before
+        status, health = await running.get("/healthz")
+        assert status == 200 and health["status"] == "ok"
+        errors_during = await running.metric("gang_autoscaler_errors_total", kind="prometheus")
+        assert errors_during is not None and errors_during > (errors_before or 0)
+        assert running.task is not None and not running.task.done()
+
+        await asyncio.to_thread(live.prometheus.start)
+        await wait_until(
+            lambda: spec_gangs(kube, ns, DECODE) > gangs_before[DECODE],
+            timeout_s=30,
+            what="decode to scale up once Prometheus is back",
+        )
+        _, body = await running.get("/decisions")
+        assert body["components"][f"{ns}/{DECODE}"]["plan"]["reason"] != "hold_missing_data"
+    finally:
+        if not live.prometheus.running:
+            await asyncio.to_thread(live.prometheus.start)
+        await running.close()
+
+
+async def test_falling_load_scales_down_only_after_the_window(kube: FakeKube, live: Live) -> None:
+    ns = "down"
+    window_s = 4.0
+    kube.add_namespace(ns)
+    decode_policy = {
+        **NO_BUFFER,
+        "gang-autoscaler.io/scale-down-window": f"{window_s:g}s",
+        "gang-autoscaler.io/forecast": "off",
+    }
+    for manifest in pd_manifests(ns, {PREFILL: NO_BUFFER, DECODE: decode_policy}):
+        kube.apply(manifest)
+    live.exporter.set_lws(namespace=ns, lws=PREFILL, waiting=0, kv_usage_fraction=0.5)
+    live.exporter.set_lws(namespace=ns, lws=DECODE, waiting=5, kv_usage_fraction=0.7)
+    running = await start_service(kube, settings_for(live.prometheus.url))
+    try:
+        await wait_until(
+            lambda: spec_gangs(kube, ns, DECODE) >= 4, timeout_s=20, what="decode to scale up"
+        )
+        peak = spec_gangs(kube, ns, DECODE)
+        live.exporter.set_lws(namespace=ns, lws=DECODE, waiting=0, kv_usage_fraction=0.05)
+        fell_at = time.monotonic()
+        await wait_until(
+            lambda: spec_gangs(kube, ns, DECODE) < peak,
+            timeout_s=window_s + 15,
+            what="decode to scale down",
+        )
+        waited_s = time.monotonic() - fell_at
+        assert waited_s >= window_s, f"scaled down {waited_s:.1f}s after the load fell"
+        assert spec_gangs(kube, ns, PREFILL) >= 1
+    finally:
+        await running.close()
