@@ -11,6 +11,7 @@ are held as `timedelta` so the unit travels with the value; the `*_s` properties
 from __future__ import annotations
 
 import argparse
+import re
 from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -145,6 +146,16 @@ def _split_namespaces(value: Any) -> Any:
     return value
 
 
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+def _valid_namespaces(value: tuple[str, ...]) -> tuple[str, ...]:
+    bad = [name for name in value if not _DNS_LABEL.match(name)]
+    if bad:
+        raise ValueError(f"not Kubernetes namespace names: {', '.join(map(repr, bad))}")
+    return tuple(dict.fromkeys(value))  # drop repeats, keep order
+
+
 class RunSettings(BaseSettings):
     """Everything `gang-autoscaler run` needs to know. Built by `load_settings`."""
 
@@ -166,7 +177,12 @@ class RunSettings(BaseSettings):
         description="Base URL of the Prometheus HTTP API, e.g. "
         "http://prometheus-operated.monitoring.svc:9090.",
     )
-    namespaces: Annotated[tuple[str, ...], NoDecode, BeforeValidator(_split_namespaces)] = Field(
+    namespaces: Annotated[
+        tuple[str, ...],
+        NoDecode,
+        BeforeValidator(_split_namespaces),
+        AfterValidator(_valid_namespaces),
+    ] = Field(
         default=(),
         description="Namespaces to watch for opted-in LeaderWorkerSets. Empty: all namespaces.",
     )

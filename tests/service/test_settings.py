@@ -80,6 +80,8 @@ def test_namespaces_repeat_on_the_command_line_and_split_from_environment(
 ) -> None:
     flags = _load("--prometheus-url", "http://p:1", "--namespace", "a", "--namespace", "b")
     assert flags.namespaces == ("a", "b")
+    repeated = _load("--prometheus-url", "http://p:1", "--namespace", "a", "--namespace", "a")
+    assert repeated.namespaces == ("a",)
     monkeypatch.setenv("GANG_AUTOSCALER_NAMESPACES", "serving, batch")
     assert _load("--prometheus-url", "http://p:1").namespaces == ("serving", "batch")
 
@@ -105,6 +107,11 @@ def test_dry_run_flag_can_switch_off_what_the_environment_switched_on(
         ),
         pytest.param(
             ["--prometheus-url", "http://p:1", "--http-port", "70000"], "http_port", id="bad-port"
+        ),
+        pytest.param(
+            ["--prometheus-url", "http://p:1", "--namespace", "Serving_NS"],
+            "namespaces",
+            id="namespace-not-dns-label",
         ),
     ],
 )
