@@ -57,6 +57,13 @@ NON_DEFAULT_VALUES: dict[str, Any] = {
         "labels": {"release": "kube-prometheus-stack"},
     },
     "podDisruptionBudget": {"enabled": False, "minAvailable": 1},
+    "vllmPodMonitor": {
+        "enabled": True,
+        "port": "openai",
+        "path": "/metrics",
+        "interval": "30s",
+        "labels": {"release": "kube-prometheus-stack"},
+    },
     "dashboards": {
         "enabled": True,
         "label": "grafana_dashboard",

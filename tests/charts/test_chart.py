@@ -32,7 +32,10 @@ from tests.charts.conftest import (
 
 # Kinds defined by CRDs: kubernetes-validate ships only the built-in API's schemas, so these
 # (and only these) skip schema validation.
-CRD_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor")}
+CRD_KINDS = {
+    ("monitoring.coreos.com/v1", "ServiceMonitor"),
+    ("monitoring.coreos.com/v1", "PodMonitor"),
+}
 KUBE_VERSIONS = ("1.30.0", kubernetes_validate.latest_version())
 
 
@@ -78,6 +81,14 @@ def test_non_default_values_render_the_optional_objects(chart: helm.Chart) -> No
     assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
     assert monitor["spec"]["endpoints"][0]["honorLabels"] is True
     assert monitor["spec"]["endpoints"][0]["path"] == "/metrics"
+    pod_monitor = one(objects, "PodMonitor")
+    assert pod_monitor["spec"]["selector"]["matchLabels"] == {
+        "leaderworkerset.sigs.k8s.io/worker-index": "0"
+    }
+    assert pod_monitor["spec"]["namespaceSelector"] == {
+        "matchNames": ["serving", "batch-inference"]
+    }
+    assert pod_monitor["spec"]["podMetricsEndpoints"][0]["port"] == "openai"
     dashboards = one(objects, "ConfigMap", "-dashboards")
     assert dashboards["metadata"]["namespace"] == "monitoring"
     assert dashboards["metadata"]["annotations"] == {"grafana_folder": "LLM serving"}
@@ -104,7 +115,7 @@ def test_minimal_values_render_only_what_is_needed(chart: helm.Chart) -> None:
 
 def test_default_values_render_pdb_and_balloon_priority_class(chart: helm.Chart) -> None:
     objects = render_objects(chart, None)
-    assert "ServiceMonitor" not in {o["kind"] for o in objects}
+    assert not {"ServiceMonitor", "PodMonitor"} & {o["kind"] for o in objects}
     pdb = one(objects, "PodDisruptionBudget")
     assert pdb["spec"]["minAvailable"] == 1
     priority = one(objects, "PriorityClass")
@@ -201,6 +212,7 @@ BAD_VALUES = [
     pytest.param(_with("httpPort", 80), id="privileged-port"),
     pytest.param(_with("replicaCount", 0), id="no-replicas"),
     pytest.param(_with("serviceMonitor.interval", "soon"), id="bad-scrape-interval"),
+    pytest.param(_with("vllmPodMonitor.path", "metrics"), id="relative-metrics-path"),
     pytest.param(_with("tickInterval", "15s"), id="unknown-top-level-key"),
 ]
 
