@@ -136,13 +136,20 @@ def _admit_pod(cluster: Cluster, obj: Obj, *, old: Obj | None) -> Obj:
         for resource, limit in limits.items():
             # Defaulting copies a limit into a missing request, as the API server does.
             requests.setdefault(resource, limit)
-        for resource, amount in {**requests, **limits}.items():
-            try:
-                parse_quantity(amount)
-            except ValueError as err:
-                problems.append(
-                    (f"spec.containers[{index}].resources.{resource}", f"Invalid value: {err}")
-                )
+        for kind, amounts in (("requests", requests), ("limits", limits)):
+            for resource, amount in amounts.items():
+                field = f"spec.containers[{index}].resources.{kind}[{resource}]"
+                if isinstance(amount, bool) or not isinstance(amount, str | int | float):
+                    problems.append((field, f"Invalid value: {amount!r}: not a quantity"))
+                    continue
+                try:
+                    parse_quantity(amount)
+                except ValueError as err:
+                    problems.append((field, f"Invalid value: {err}"))
+                    continue
+                if not isinstance(amount, str):
+                    # JSON numbers are accepted and stored as quantity strings.
+                    amounts[resource] = format(amount, "g")
         if not requests:
             resources.pop("requests")
     if problems:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.harness.fake_kube import errors
+from tests.harness.fake_kube.builtin_schemas import schema_problems
 from tests.harness.fake_kube.crd import CustomResource, leaderworkerset_crd, load_crd
 from tests.harness.fake_kube.errors import ApiError
 from tests.harness.fake_kube.event_views import VIEW_KEY, core_to_events, events_to_core
@@ -678,6 +679,11 @@ class Cluster:
                     rtype.kind, obj["metadata"]["name"], problems, group=rtype.group
                 )
             return _without(admitted, "apiVersion", "kind")
+        decoding, invalid = schema_problems(obj, api_version=rtype.api_version, kind=rtype.kind)
+        if decoding:
+            raise errors.bad_request("; ".join(decoding))
+        if invalid:
+            raise errors.invalid(rtype.kind, obj["metadata"]["name"], invalid, group=rtype.group)
         return admit_builtin(self, rtype, obj, old=old)
 
     def _orphan_dependents(self, owner_uid: str) -> None:

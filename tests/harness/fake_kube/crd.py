@@ -17,6 +17,7 @@ from typing import Any
 import jsonschema
 import yaml
 
+from tests.harness.fake_kube.builtin_schemas import field_path
 from tests.harness.fake_kube.resources import ResourceType, ScalePaths
 from tests.harness.shared_data import shared_data_path
 
@@ -41,9 +42,8 @@ class CustomResource:
         _prune(admitted, self.schema, root=True)
         _apply_defaults(admitted, self.schema)
         problems: list[tuple[str, str]] = []
-        for error in sorted(self.validator.iter_errors(admitted), key=lambda e: list(e.path)):
-            field = ".".join(str(part) for part in error.absolute_path) or "<root>"
-            problems.append((field, f"Invalid value: {error.message}"))
+        for error in sorted(self.validator.iter_errors(admitted), key=lambda e: str(list(e.path))):
+            problems.append((field_path(error.absolute_path), f"Invalid value: {error.message}"))
         return admitted, problems
 
 

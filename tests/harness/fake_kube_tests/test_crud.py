@@ -235,3 +235,69 @@ async def test_valid_metadata_is_accepted(core: client.CoreV1Api) -> None:
         },
     )
     assert created.metadata.labels["empty"] == ""
+
+
+async def test_builtin_objects_are_checked_against_the_kubernetes_schema(
+    core: client.CoreV1Api,
+) -> None:
+    missing_name = {"metadata": {"name": "p"}, "spec": {"containers": [{"image": "i"}]}}
+    with pytest.raises(ApiException) as invalid:
+        await core.create_namespaced_pod("default", missing_name)
+    assert invalid.value.status == 422
+    fields = {c["field"] for c in json.loads(invalid.value.body)["details"]["causes"]}
+    assert fields == {"spec.containers[0]"}
+    wrong_type = {
+        "metadata": {"name": "p"},
+        "spec": {"containers": [{"name": "c", "image": "i"}], "priority": "x"},
+    }
+    with pytest.raises(ApiException) as undecodable:
+        await core.create_namespaced_pod("default", wrong_type)
+    assert undecodable.value.status == 400
+    assert "spec.priority" in json.loads(undecodable.value.body)["message"]
+
+
+async def test_numeric_quantities_are_stored_as_strings(core: client.CoreV1Api) -> None:
+    body = {
+        "metadata": {"name": "p"},
+        "spec": {
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "i",
+                    "resources": {"limits": {"nvidia.com/gpu": 8, "cpu": 0.5}},
+                }
+            ]
+        },
+    }
+    created = await core.create_namespaced_pod("default", body)
+    assert created.spec.containers[0].resources.limits == {"nvidia.com/gpu": "8", "cpu": "0.5"}
+    assert created.spec.containers[0].resources.requests == {"nvidia.com/gpu": "8", "cpu": "0.5"}
+
+
+async def test_everything_the_fake_writes_itself_passes_the_kubernetes_schema(
+    kube: FakeKube,
+) -> None:
+    from tests.harness.fake_kube.builtin_schemas import schema_problems
+    from tests.harness.fake_kube_tests.conftest import lws_manifest
+
+    kube.add_priority_class("high", 1000)
+    kube.add_node("n1", gpus=8, labels={"rack": "r1"})
+    kube.apply(
+        lws_manifest(
+            "d",
+            replicas=3,
+            size=2,
+            gpus=4,
+            priority_class="high",
+            annotations={"leaderworkerset.sigs.k8s.io/exclusive-topology": "rack"},
+        )
+    )
+    checked = 0
+    for rtype in kube.registry.all():
+        if rtype.custom:
+            continue
+        for obj in kube.list_objects(rtype, None):
+            problems = schema_problems(obj, api_version=rtype.api_version, kind=rtype.kind)
+            assert problems == ([], []), obj
+            checked += 1
+    assert checked > 10
