@@ -17,6 +17,7 @@ import math
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -62,6 +63,59 @@ def history_grid(*, end_s: float, days: float, step_s: float) -> npt.NDArray[np.
     return last - step_s * np.arange(count - 1, -1, -1, dtype=np.float64)
 
 
+ChunkPoints = list[tuple[ComponentKey, npt.NDArray[np.int64], npt.NDArray[np.float64]]]
+
+
+def chunk_points(
+    matrix: list[dict[str, Any]],
+    *,
+    index: PodNameIndex,
+    keys: set[ComponentKey],
+    grid: npt.NDArray[np.float64],
+    step_s: float,
+) -> ChunkPoints:
+    """Range-query rows -> (component, grid slots, finite values) of leader pods only."""
+    points: ChunkPoints = []
+    for row in matrix:
+        labels = row.get("metric", {})
+        who = index.resolve(labels.get("namespace", ""), labels.get("pod", ""))
+        if who is None or not who.is_leader:
+            continue  # workers serve no vLLM metrics; unknown pods are not ours
+        key = ComponentKey(who.namespace, who.lws)
+        if key not in keys:
+            continue
+        pairs = np.asarray(row["values"], dtype=np.float64).reshape(-1, 2)
+        slots = np.rint((pairs[:, 0] - grid[0]) / step_s).astype(np.int64)
+        ok = np.isfinite(pairs[:, 1]) & (slots >= 0) & (slots < grid.size)
+        points.append((key, slots[ok], pairs[ok, 1]))
+    return points
+
+
+def _fetch_chunk(
+    http: PrometheusHttp,
+    name: str,
+    query: str,
+    *,
+    start_s: float,
+    end_s: float,
+    step_s: float,
+    index: PodNameIndex,
+    keys: set[ComponentKey],
+    grid: npt.NDArray[np.float64],
+) -> ChunkPoints:
+    """One day's range query, parsed, on a worker thread; a malformed answer fails the chunk."""
+    deadline = time.monotonic() + http.timeout_s
+    matrix = http.range(
+        f"{name}[backfill]", query, start_s=start_s, end_s=end_s, step_s=step_s, deadline=deadline
+    )
+    try:
+        return chunk_points(matrix, index=index, keys=keys, grid=grid, step_s=step_s)
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        bad = PrometheusUnavailable(name, kind="bad_response", detail=repr(err))
+        http.report(bad)
+        raise bad from err
+
+
 async def backfill_demand(
     http: PrometheusHttp,
     queries: PrometheusQueries,
@@ -91,33 +145,25 @@ async def backfill_demand(
         for first in range(0, grid.size, per_chunk):
             last = min(first + per_chunk, grid.size) - 1
             chunks_total += 1
-            deadline = time.monotonic() + http.timeout_s
             try:
-                matrix = await asyncio.to_thread(
-                    http.range,
-                    f"{query_name}[backfill]",
+                points = await asyncio.to_thread(
+                    _fetch_chunk,
+                    http,
+                    query_name,
                     texts[query_name],
                     start_s=float(grid[first]),
                     end_s=float(grid[last]),
                     step_s=step_s,
-                    deadline=deadline,
+                    index=index,
+                    keys=keys_set,
+                    grid=grid,
                 )
             except PrometheusUnavailable as err:
                 errors.append(str(err))
                 continue
-            for row in matrix:
-                labels = row.get("metric", {})
-                who = index.resolve(labels.get("namespace", ""), labels.get("pod", ""))
-                if who is None or not who.is_leader:
-                    continue  # workers serve no vLLM metrics; unknown pods are not ours
-                key = ComponentKey(who.namespace, who.lws)
-                if key not in keys_set:
-                    continue
-                points = np.asarray(row.get("values", []), dtype=np.float64).reshape(-1, 2)
-                slots = np.rint((points[:, 0] - grid[0]) / step_s).astype(np.int64)
-                ok = np.isfinite(points[:, 1]) & (slots >= 0) & (slots < grid.size)
-                np.add.at(sums[key], slots[ok], points[ok, 1])
-                np.add.at(counts[key], slots[ok], 1)
+            for key, slots, values in points:
+                np.add.at(sums[key], slots, values)
+                np.add.at(counts[key], slots, 1)
     if errors:
         log.warning(
             "demand back-fill: %d of %d range queries failed; their days stay missing: %s",

@@ -186,7 +186,11 @@ class PrometheusHttp:
                 )
                 break
             return result
+        self.report(error)
+        raise error
+
+    def report(self, error: PrometheusUnavailable) -> None:
+        """Count an error and pass it to the service's callback."""
         self.stats.count_error(error)
         if self._on_error is not None:
             self._on_error(error)
-        raise error

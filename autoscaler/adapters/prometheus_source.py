@@ -108,10 +108,14 @@ class PrometheusSource:
         timeout_s: float = 10.0,
         staleness_limit_s: float = 120.0,
         retries: int = 1,
+        max_parallel_queries: int = 6,
         headers: dict[str, str] | None = None,
         stats: PrometheusStats | None = None,
         on_error: ErrorCallback | None = None,
     ) -> None:
+        if max_parallel_queries < 1:
+            raise ValueError(f"max_parallel_queries must be at least 1, got {max_parallel_queries}")
+        self.max_parallel_queries = max_parallel_queries
         self.queries = queries if queries is not None else PrometheusQueries()
         self.timeout_s = timeout_s
         self.staleness_limit_s = staleness_limit_s
@@ -145,48 +149,60 @@ class PrometheusSource:
             self.http, self.queries, components, end_s=end_s, days=days, step_s=step_s
         )
 
+    def _instant_outcome(self, name: str, query: str, *, deadline: float) -> QueryOutcome:
+        """One query, parsed, on a worker thread (parsing 800 rows is not for the loop)."""
+        result = self.http.instant(name, query, deadline=deadline)
+        try:
+            return parse_vector(result)
+        except (KeyError, TypeError, ValueError, IndexError) as err:
+            bad = PrometheusUnavailable(name, kind="bad_response", detail=repr(err))
+            self.http.report(bad)
+            raise bad from err
+
     async def query_all(self) -> dict[str, QueryOutcome]:
-        """Send the tick's fixed query set concurrently, each in a thread, within the timeout."""
+        """Send the tick's fixed query set, each in a thread, all within the timeout."""
         deadline = time.monotonic() + self.timeout_s
-        named = self.queries.instant_queries()
+        slots = asyncio.Semaphore(self.max_parallel_queries)
+
+        async def send(name: str, query: str) -> QueryOutcome:
+            async with slots:
+                return await asyncio.to_thread(
+                    self._instant_outcome, name, query, deadline=deadline
+                )
+
         tasks = {
-            name: asyncio.create_task(
-                asyncio.to_thread(self.http.instant, name, query, deadline=deadline)
-            )
-            for name, query in named.items()
+            name: asyncio.create_task(send(name, query))
+            for name, query in self.queries.instant_queries().items()
         }
         await asyncio.wait(tasks.values(), timeout=self.timeout_s + _DEADLINE_GRACE_S)
         outcomes: dict[str, QueryOutcome] = {}
-        failures: list[str] = []
+        failures: list[PrometheusUnavailable] = []
         for name, task in tasks.items():
             if not task.done():
                 task.cancel()  # the thread ends at its own deadline; its answer is dropped
                 error = PrometheusUnavailable(name, kind="timeout", detail="no answer in time")
-                self.stats.count_error(error)
-                outcomes[name] = QueryOutcome(error=f"prometheus timeout: {error}")
-                failures.append(str(error))
-                continue
-            exc = task.exception()
-            if isinstance(exc, PrometheusUnavailable):
-                outcomes[name] = QueryOutcome(error=f"prometheus {exc.kind}: {exc.detail}")
-                failures.append(str(exc))
-            elif exc is not None:
+                self.http.report(error)
+                failures.append(error)
+            elif isinstance(task.exception(), PrometheusUnavailable):
+                failures.append(task.exception())  # type: ignore[arg-type]
+            elif task.exception() is not None:
                 # Not a Prometheus failure we know; still never stop the loop for it.
+                exc = task.exception()
                 log.error("prometheus query %s raised", name, exc_info=exc)
-                bad = PrometheusUnavailable(name, kind="unexpected", detail=repr(exc))
-                self.stats.count_error(bad)
-                outcomes[name] = QueryOutcome(error=f"prometheus query failed: {exc!r}")
-                failures.append(str(bad))
+                error = PrometheusUnavailable(name, kind="unexpected", detail=repr(exc))
+                self.http.report(error)
+                failures.append(error)
             else:
-                try:
-                    outcomes[name] = parse_vector(task.result())
-                except (KeyError, TypeError, ValueError) as err:
-                    bad = PrometheusUnavailable(name, kind="bad_response", detail=repr(err))
-                    self.stats.count_error(bad)
-                    outcomes[name] = QueryOutcome(error=f"prometheus bad_response: {err!r}")
-                    failures.append(str(bad))
+                outcomes[name] = task.result()
+        for error in failures:
+            outcomes[error.query_name] = QueryOutcome(
+                error=f"prometheus {error.kind}: {error.detail}"
+            )
         if failures:
-            log.warning("prometheus queries failed, their signals are missing: %s", failures)
+            log.warning(
+                "prometheus queries failed, their signals are missing: %s",
+                "; ".join(str(e)[:200] for e in failures),
+            )
         return outcomes
 
     async def observe(self, components: Iterable[ComponentTarget]) -> dict[ComponentKey, Signals]:

@@ -139,6 +139,20 @@ async def test_http_errors_give_none_and_are_counted(
         assert source.stats.last_error is not None
 
 
+async def test_malformed_rows_are_a_bad_response() -> None:
+    async def answer(request: web.Request) -> web.StreamResponse:
+        row = {"metric": {"namespace": "prod", "pod": "llama-3-70b-0"}, "val": [1, "2"]}
+        return web.json_response({"status": "success", "data": {"result": [row]}})
+
+    errors: list[PrometheusUnavailable] = []
+    async with serve(answer) as (url, _seen):
+        source = PrometheusSource(url=url, queries=QUERIES, on_error=errors.append)
+        signals = (await source.observe(TARGETS))[KEY]
+    assert all_none(signals)
+    assert signals.missing_reasons["waiting_requests"].startswith("prometheus bad_response")
+    assert [e.kind for e in errors] == ["bad_response"] * 6
+
+
 async def test_one_failing_query_leaves_the_others() -> None:
     async def answer(request: web.Request) -> web.StreamResponse:
         query = request.query["query"]
