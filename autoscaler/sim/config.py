@@ -90,8 +90,16 @@ class GangPolicySettings(_Settings):
     decode: dict[str, str] = Field(default_factory=dict)
     unified: dict[str, str] = Field(default_factory=dict)
     # capacity-per-replica defaults to this share of a gang's measured capacity
-    target_utilization: float = Field(default=0.7, gt=0, le=1)
+    target_utilization: float = Field(
+        default=0.9, gt=0, le=1, description="capacity-per-replica as a share of a gang's"
+    )
     forecast_refit_s: float = Field(default=3600.0, gt=0, description="forecaster refit cadence")
+    forecast_refit_long_s: float = Field(
+        default=6 * 3600.0,
+        gt=0,
+        description="refit cadence on traces longer than a day (a daily-cycle model fitted on "
+        "up to 14 days changes little in an hour, and each fit costs about a second)",
+    )
     forecast_history_s: float = Field(
         default=14 * 86_400.0, gt=0, description="demand history the forecaster is fitted on"
     )
