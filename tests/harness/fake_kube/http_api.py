@@ -308,7 +308,24 @@ class KubeHttpApi:
                     options["gracePeriodSeconds"] = int(params["gracePeriodSeconds"])
                 except ValueError as err:
                     raise errors.bad_request("gracePeriodSeconds must be an integer") from err
-            return _json(cluster.delete(rtype, ns, name, options=options))
+            gone = cluster.delete(rtype, ns, name, options=options)
+            if rtype.custom or rtype.key == "/pods":
+                return _json(gone)
+            # Other built-in types answer a delete with a success Status, not the object.
+            return _json(
+                {
+                    "kind": "Status",
+                    "apiVersion": "v1",
+                    "metadata": {},
+                    "status": "Success",
+                    "details": {
+                        "name": name,
+                        "group": rtype.group,
+                        "kind": rtype.plural,
+                        "uid": gone["metadata"]["uid"],
+                    },
+                }
+            )
         raise errors.method_not_allowed(method)
 
     def _list_body(

@@ -414,6 +414,25 @@ def _preempt(cluster: Cluster, preemptor: Obj, node_name: str, victims: list[Obj
             component="default-scheduler",
         )
         meta = victim["metadata"]
+        # Since Kubernetes 1.26 a victim is marked before deletion, so its last state (in
+        # the DELETED watch event too) says why it went.
+        marked = copy.deepcopy(victim)
+        conditions = [
+            c
+            for c in marked.setdefault("status", {}).get("conditions") or []
+            if c.get("type") != "DisruptionTarget"
+        ]
+        conditions.append(
+            {
+                "type": "DisruptionTarget",
+                "status": "True",
+                "reason": "PreemptionByScheduler",
+                "message": "default-scheduler: preempting to accommodate a higher priority pod",
+                "lastTransitionTime": cluster.now_text(),
+            }
+        )
+        marked["status"]["conditions"] = conditions
+        cluster.write_internal(pods, marked)
         cluster.delete(pods, meta["namespace"], meta["name"], reconcile=False)
         cluster.preemptions.append(
             (

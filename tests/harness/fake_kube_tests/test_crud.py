@@ -157,10 +157,15 @@ async def test_delete_removes_and_delete_precondition_conflicts(
             body=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid="other")),
         )
     assert caught.value.status == 409
-    await core.delete_namespaced_config_map(
+    status = await core.delete_namespaced_config_map(
         "cm",
         "default",
         body=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=created.metadata.uid)),
+    )
+    assert (status.kind, status.status, status.details.uid) == (
+        "Status",
+        "Success",
+        created.metadata.uid,
     )
     with pytest.raises(ApiException) as missing:
         await core.read_namespaced_config_map("cm", "default")

@@ -365,5 +365,15 @@ async def test_lws_scale_up_preempts_a_whole_balloon_gang_when_it_needs_all_of_i
     placed = await placement(core)
     assert placed == {"d-0": placed["d-0"], "d-0-1": placed["d-0-1"]}
     assert {placed["d-0"], placed["d-0-1"]} == {"n1", "n2"}
+    # The victims' last state, as watchers saw it deleted, says why it went.
+    last_states = [
+        c.obj
+        for c in kube.store.changes_since(0)
+        if c.type == "DELETED" and c.obj["metadata"]["name"].startswith("balloon")
+    ]
+    assert len(last_states) == 2
+    for state in last_states:
+        target = next(c for c in state["status"]["conditions"] if c["type"] == "DisruptionTarget")
+        assert target["reason"] == "PreemptionByScheduler"
     events = await core.list_namespaced_event("default", field_selector="reason=Preempted")
     assert sorted(e.involved_object.name for e in events.items) == ["balloon-0-0", "balloon-0-1"]
