@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from autoscaler.adapters.prometheus_queries import PrometheusQueries
+from autoscaler.adapters.prometheus_queries import PrometheusQueries, sglang_queries
 from autoscaler.adapters.prometheus_source import ComponentTarget, PrometheusSource
 from autoscaler.core.model import Component, ComponentKey, Signals
 from tests.harness.prometheus_server import PrometheusServer
@@ -247,3 +247,17 @@ async def test_queries_per_tick_do_not_grow_with_deployments(live: Live) -> None
         counted[n] = (source.stats.last_tick_queries, server_count)
         assert len(signals) == 2 * n
     assert counted[1] == counted[200] == (6, 6)
+
+
+@pytest.mark.parametrize(
+    "queries",
+    [
+        pytest.param(PrometheusQueries(), id="vllm-defaults"),
+        pytest.param(sglang_queries(), id="sglang"),
+    ],
+)
+async def test_shipped_query_sets_are_valid_promql(live: Live, queries: PrometheusQueries) -> None:
+    source = PrometheusSource(url=live.prometheus.url, queries=queries, timeout_s=5.0)
+    outcomes = await source.query_all()
+    assert {name: o.error for name, o in outcomes.items() if o.error} == {}
+    assert source.stats.errors == {}
