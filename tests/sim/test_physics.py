@@ -166,3 +166,29 @@ def test_an_empty_node_goes_after_the_idle_timeout() -> None:
     assert len(cluster.nodes) == 4
     cluster.step(610.0)
     assert len(cluster.nodes) == 2
+
+
+@pytest.mark.parametrize(
+    ("prompt_tokens_per_s", "gangs"),
+    [
+        pytest.param(30_000, 1, id="three-quarters-of-a-gang-needs-one"),
+        pytest.param(50_000, 2, id="one-and-a-quarter-gangs-needs-two"),
+        pytest.param(120_000, 3, id="exactly-three-gangs"),
+    ],
+)
+def test_clairvoyant_requirement_of_a_steady_load(prompt_tokens_per_s: int, gangs: int) -> None:
+    from autoscaler.sim.requirement import required_gangs
+
+    seconds = 600
+    workload = Workload(
+        name="steady",
+        arrival_s=np.arange(seconds) + 0.5,
+        requests=np.full(seconds, 10.0),
+        input_tokens=np.full(seconds, prompt_tokens_per_s / 10),
+        output_tokens=np.full(seconds, 1.0),
+        duration_s=float(seconds),
+    )
+    need = required_gangs(workload, SimSettings(), n_steps=seconds // 5)
+    # away from the end of the trace (where windows run out of arrivals)
+    assert set(need["prefill"][:-24].tolist()) == {gangs}
+    assert set(need["decode"].tolist()) == {1}

@@ -175,3 +175,13 @@ def test_cli_writes_the_design_json(tmp_path: Path, capsys: pytest.CaptureFixtur
 def test_cli_refuses_an_unknown_trace(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["simulate", "--trace", "no-such-trace", "--no-progress"]) == 2
     assert "no-such-trace" in capsys.readouterr().err
+
+
+def test_a_unified_deployment_runs_through_the_core() -> None:
+    workload, scale, settings = _azure_conv_slice(minutes=6)
+    settings = settings.model_copy(update={"mode": "unified"})
+    comparison = compare(workload, settings, trace="azure-conv", scale=scale, progress=False)
+    gang = comparison.results["gang"]
+    assert "unified_ready_gangs" in gang.series
+    assert "prefill_ready_gangs" not in gang.series
+    assert comparison.metrics["static"].slo_attainment > 0.99
