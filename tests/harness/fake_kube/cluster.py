@@ -100,6 +100,8 @@ class Cluster:
         self.started_groups: set[str] = set()  # LWS controller memory: leader pod uids
         self.preemptions: list[tuple[str, str]] = []  # (victim, preemptor) as "ns/name"
         self._controllers: list[Callable[[Cluster], None]] = []
+        self.scheduling_dirty = True
+        self.store.add_listener(self._note_scheduling_input)
         self.add_custom_resource(leaderworkerset_crd())
         for path in crd_files:
             self.add_custom_resource(load_crd(path))
@@ -543,6 +545,10 @@ class Cluster:
 
     def schedule_later(self, delay_s: float, callback: Callable[[], None]) -> None:
         asyncio.get_running_loop().call_later(delay_s, callback)
+
+    def _note_scheduling_input(self, change: Any) -> None:
+        if change.resource_key in ("/pods", "/nodes", "scheduling.k8s.io/priorityclasses"):
+            self.scheduling_dirty = True
 
     def now_text(self) -> str:
         return rfc3339(self.clock())

@@ -22,7 +22,7 @@ from __future__ import annotations
 import copy
 import itertools
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
@@ -39,8 +39,25 @@ _DEFAULT_MAX_PODS = 110
 _PRIORITY_OFFSET = 2**31  # makes every priority positive when summing, as the scheduler does
 
 
+_REQUESTS_CACHE: dict[tuple[str, str], dict[str, Decimal]] = {}
+
+
 def pod_requests(pod: Obj) -> dict[str, Decimal]:
-    """Effective requests: the sum over containers, or the largest init container if larger."""
+    """Effective requests: the sum over containers, or the largest init container if larger.
+
+    Cached per (uid, resourceVersion); callers must not change the returned mapping.
+    """
+    meta = pod.get("metadata") or {}
+    key = (str(meta.get("uid")), str(meta.get("resourceVersion")))
+    cached = _REQUESTS_CACHE.get(key)
+    if cached is None:
+        if len(_REQUESTS_CACHE) > 50_000:
+            _REQUESTS_CACHE.clear()
+        cached = _REQUESTS_CACHE[key] = _compute_requests(pod)
+    return cached
+
+
+def _compute_requests(pod: Obj) -> dict[str, Decimal]:
     spec = pod.get("spec") or {}
     total: dict[str, Decimal] = {}
     for container in spec.get("containers") or []:
@@ -67,6 +84,7 @@ def _is_active(pod: Obj) -> bool:
 class NodeState:
     node: Obj
     pods: list[Obj] = field(default_factory=list)
+    _free: dict[str, Decimal] | None = None
 
     @property
     def name(self) -> str:
@@ -84,13 +102,21 @@ class NodeState:
 
     def free(self, *, without: Iterable[Obj] = ()) -> dict[str, Decimal]:
         excluded = {id(p) for p in without}
+        if not excluded and self._free is not None:
+            return self._free
         free = self.allocatable()
         for pod in self.pods:
             if id(pod) in excluded:
                 continue
             for resource, amount in pod_requests(pod).items():
                 free[resource] = free.get(resource, Decimal(0)) - amount
+        if not excluded:
+            self._free = free
         return free
+
+    def add(self, pod: Obj) -> None:
+        self.pods.append(pod)
+        self._free = None
 
 
 def _insufficient(requests: dict[str, Decimal], free: dict[str, Decimal]) -> list[str]:
@@ -203,41 +229,61 @@ class Snapshot:
         excluded = {id(p) for p in excluding}
         return [(n, p) for n in self.nodes.values() for p in n.pods if id(p) not in excluded]
 
+    def affinity_checker(
+        self, pod: Obj, *, excluding: Iterable[Obj] = ()
+    ) -> Callable[[NodeState], str | None]:
+        """Inter-pod affinity for one pod, computed once over the placed pods."""
+        placed = self.placed(excluding=excluding)
+        affinity: list[tuple[str, set[str] | None]] = []
+        for term in _required_terms(pod, "podAffinity"):
+            key = term["topologyKey"]
+            matching = [n for n, p in placed if _term_selects(term, pod, p)]
+            if matching:
+                affinity.append((key, {n.labels[key] for n in matching if key in n.labels}))
+            elif _term_selects(term, pod, pod):
+                # The first pod of a group may land anywhere only if it matches its own term.
+                affinity.append((key, None))
+            else:
+                affinity.append((key, set()))
+        anti: list[tuple[str, set[str]]] = []
+        for term in _required_terms(pod, "podAntiAffinity"):
+            key = term["topologyKey"]
+            anti.append(
+                (
+                    key,
+                    {
+                        n.labels[key]
+                        for n, p in placed
+                        if key in n.labels and _term_selects(term, pod, p)
+                    },
+                )
+            )
+        existing_anti: list[tuple[str, str]] = [
+            (term["topologyKey"], n.labels[term["topologyKey"]])
+            for n, other in placed
+            for term in _required_terms(other, "podAntiAffinity")
+            if term["topologyKey"] in n.labels and _term_selects(term, other, pod)
+        ]
+
+        def check(node: NodeState) -> str | None:
+            labels = node.labels
+            for key, domains in affinity:
+                if key not in labels or (domains is not None and labels[key] not in domains):
+                    return "node(s) didn't match pod affinity rules"
+            for key, domains in anti:
+                if key in labels and labels[key] in domains:
+                    return "node(s) didn't match pod anti-affinity rules"
+            for key, value in existing_anti:
+                if labels.get(key) == value:
+                    return "node(s) didn't satisfy existing pods anti-affinity rules"
+            return None
+
+        return check
+
     def affinity_problem(
         self, pod: Obj, node: NodeState, *, excluding: Iterable[Obj] = ()
     ) -> str | None:
-        excluded = list(excluding)
-        placed = self.placed(excluding=excluded)
-        for term in _required_terms(pod, "podAffinity"):
-            key = term["topologyKey"]
-            if key not in node.labels:
-                return "node(s) didn't match pod affinity rules"
-            matching = [(n, p) for n, p in placed if _term_selects(term, pod, p)]
-            if matching:
-                if not any(n.labels.get(key) == node.labels[key] for n, _ in matching):
-                    return "node(s) didn't match pod affinity rules"
-            elif not _term_selects(term, pod, pod):
-                # The first pod of a group may land anywhere only if it matches its own term.
-                return "node(s) didn't match pod affinity rules"
-        for term in _required_terms(pod, "podAntiAffinity"):
-            key = term["topologyKey"]
-            if key not in node.labels:
-                continue
-            for other_node, other in placed:
-                if other_node.labels.get(key) == node.labels[key] and _term_selects(
-                    term, pod, other
-                ):
-                    return "node(s) didn't match pod anti-affinity rules"
-        for other_node, other in placed:
-            for term in _required_terms(other, "podAntiAffinity"):
-                key = term["topologyKey"]
-                if (
-                    key in node.labels
-                    and other_node.labels.get(key) == node.labels[key]
-                    and _term_selects(term, other, pod)
-                ):
-                    return "node(s) didn't satisfy existing pods anti-affinity rules"
-        return None
+        return self.affinity_checker(pod, excluding=excluding)(node)
 
     def static_problem(self, pod: Obj, node: NodeState) -> str | None:
         """Filters that preemption cannot fix."""
@@ -277,6 +323,11 @@ def _score(requests: dict[str, Decimal], node: NodeState) -> Decimal:
 
 
 def schedule_pending_pods(cluster: Cluster) -> None:
+    # Like the real scheduler's queue, unschedulable pods are retried only after a change
+    # to pods, nodes or priority classes.
+    if not cluster.scheduling_dirty:
+        return
+    cluster.scheduling_dirty = False
     _start_prebound_pods(cluster)
     pending = [
         pod
@@ -293,20 +344,23 @@ def schedule_pending_pods(cluster: Cluster) -> None:
             int(p["metadata"]["resourceVersion"]),
         )
     )
+    snapshot = Snapshot.take(cluster)
     for pod in pending:
         current = cluster.store.get("/pods", pod["metadata"]["namespace"], pod["metadata"]["name"])
         if current is None or current["metadata"]["uid"] != pod["metadata"]["uid"]:
             continue  # preempted or deleted earlier in this pass
-        _schedule_one(cluster, current)
+        if _schedule_one(cluster, current, snapshot):
+            snapshot = Snapshot.take(cluster)  # after a preemption, start from the store
 
 
-def _schedule_one(cluster: Cluster, pod: Obj) -> None:
-    snapshot = Snapshot.take(cluster)
+def _schedule_one(cluster: Cluster, pod: Obj, snapshot: Snapshot) -> bool:
+    """Bind, preempt for, or mark one pod; True when it preempted (the snapshot is stale)."""
     requests = pod_requests(pod)
     reasons: Counter[str] = Counter()
     feasible: list[NodeState] = []
+    affinity = snapshot.affinity_checker(pod)
     for node in snapshot.nodes.values():
-        problem = snapshot.static_problem(pod, node) or snapshot.affinity_problem(pod, node)
+        problem = snapshot.static_problem(pod, node) or affinity(node)
         if problem is None:
             short = _insufficient(requests, node.free())
             if short:
@@ -317,11 +371,11 @@ def _schedule_one(cluster: Cluster, pod: Obj) -> None:
             reasons[problem] += 1
     if feasible:
         best = max(feasible, key=lambda n: (_score(requests, n), [-ord(c) for c in n.name]))
-        _bind(cluster, pod, best.name)
-        return
+        best.add(_bind(cluster, pod, best.name))
+        return False
     nominated = snapshot.nodes.get((pod.get("status") or {}).get("nominatedNodeName") or "")
     if nominated is not None and _fits_once_terminated(snapshot, pod, requests, nominated):
-        return  # victims of an earlier preemption are still terminating: wait for them
+        return False  # victims of an earlier preemption are still terminating: wait for them
     if (pod.get("spec") or {}).get("preemptionPolicy") != "Never":
         choice = _pick_preemption(snapshot, pod, requests)
         if choice is not None:
@@ -332,13 +386,14 @@ def _schedule_one(cluster: Cluster, pod: Obj) -> None:
                 _bind(cluster, pod, node.name)
             else:
                 _nominate(cluster, pod, node.name)
-            return
+            return True
     summary = ", ".join(f"{count} {reason}" for reason, count in sorted(reasons.items()))
     message = f"0/{len(snapshot.nodes)} nodes are available"
     message += f": {summary}." if summary else "."
     if snapshot.nodes:
         message += " preemption: not eligible or no victims found."
     _mark_unschedulable(cluster, pod, message)
+    return False
 
 
 def _terminating(pods: Iterable[Obj]) -> list[Obj]:
@@ -472,7 +527,7 @@ def _start_prebound_pods(cluster: Cluster) -> None:
         _bind(cluster, pod, node_name)
 
 
-def _bind(cluster: Cluster, pod: Obj, node_name: str) -> None:
+def _bind(cluster: Cluster, pod: Obj, node_name: str) -> Obj:
     from tests.harness.fake_kube.lws_controller import record_event
 
     bound = copy.deepcopy(pod)
@@ -520,7 +575,7 @@ def _bind(cluster: Cluster, pod: Obj, node_name: str) -> None:
             ],
         }
     )
-    cluster.write_internal(cluster.rtype("", "pods"), bound)
+    stored = cluster.write_internal(cluster.rtype("", "pods"), bound)
     record_event(
         cluster,
         regarding=bound,
@@ -533,6 +588,7 @@ def _bind(cluster: Cluster, pod: Obj, node_name: str) -> None:
         component="default-scheduler",
     )
     cluster.on_pod_bound(bound)
+    return stored
 
 
 def _mark_unschedulable(cluster: Cluster, pod: Obj, message: str) -> None:
