@@ -1,0 +1,118 @@
+"""End to end: two instances, one Lease. Only the leader writes; when it dies without
+releasing the Lease, the standby takes over once the Lease has expired."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.harness.fake_kube import FakeKube
+from tests.service.conftest import Live
+from tests.service.stack import (
+    DECODE,
+    PREFILL,
+    Running,
+    balloon_pods,
+    pd_manifests,
+    settings_for,
+    spec_gangs,
+    start_service,
+    wait_until,
+)
+
+pytestmark = pytest.mark.prometheus
+
+NS = "leader"
+LEASE_S = 3.0
+
+
+def event_instances(kube: FakeKube) -> set[str]:
+    """Instances that recorded the autoscaler's Events (the scheduler records its own)."""
+    return {
+        e.get("reportingInstance", "")
+        for e in kube.objects("events", NS)
+        if e.get("reportingComponent") == "gang-autoscaler"
+    }
+
+
+async def scale_writes(running: Running) -> float:
+    total = 0.0
+    for direction in ("up", "down"):
+        for component in ("prefill", "decode"):
+            value = await running.metric(
+                "gang_autoscaler_scale_writes_total",
+                namespace=NS,
+                deployment="llama",
+                component=component,
+                direction=direction,
+            )
+            total += value or 0.0
+    return total
+
+
+async def test_only_the_leader_writes_and_the_standby_takes_over(
+    kube: FakeKube, live: Live
+) -> None:
+    kube.add_namespace(NS)
+    for manifest in pd_manifests(NS, {DECODE: {"gang-autoscaler.io/forecast": "off"}}):
+        kube.apply(manifest)
+    live.exporter.set_lws(namespace=NS, lws=PREFILL, waiting=0, kv_usage_fraction=0.5)
+    live.exporter.set_lws(namespace=NS, lws=DECODE, waiting=3, kv_usage_fraction=0.6)
+    lease = f"{LEASE_S:g}s"
+    alpha = await start_service(
+        kube, settings_for(live.prometheus.url, lease_duration=lease), identity="alpha"
+    )
+    beta: Running | None = None
+    try:
+        await wait_until(alpha.service.is_leader, timeout_s=10, what="alpha to lead")
+        beta = await start_service(
+            kube, settings_for(live.prometheus.url, lease_duration=lease), identity="beta"
+        )
+        # alpha acts: decode grows and gets its balloon buffer.
+        await wait_until(
+            lambda: spec_gangs(kube, NS, DECODE) >= 3 and bool(balloon_pods(kube, NS)),
+            timeout_s=20,
+            what="alpha to scale decode and create balloons",
+        )
+        # Exactly at target from now on: decode holds (and is far below its maximum).
+        live.exporter.set_lws(namespace=NS, lws=DECODE, waiting=2, kv_usage_fraction=0.6)
+        ticks = beta.service.loop.ticks
+        await wait_until(lambda: beta.service.loop.ticks >= ticks + 3, timeout_s=10, what="ticks")
+        assert not beta.service.is_leader()
+        assert event_instances(kube) == {"alpha"}
+        assert await scale_writes(alpha) >= 1
+        assert await scale_writes(beta) == 0
+        assert beta.service.loop.last is not None and beta.service.loop.last.applied is None
+        assert beta.service.loop.last.plan is not None  # the standby decides, warm
+        assert await beta.metric("gang_autoscaler_leader") == 0
+        assert await alpha.metric("gang_autoscaler_leader") == 1
+        # Per-component state is reported by the leader only.
+        labels = {"namespace": NS, "deployment": "llama", "component": "decode"}
+        assert await beta.metric("gang_autoscaler_desired_gangs", **labels) is None
+        assert await alpha.metric("gang_autoscaler_desired_gangs", **labels) is not None
+        status, ready = await beta.get("/readyz")
+        assert status == 200 and ready["role"] == "standby"
+
+        # alpha dies without handing the Lease back.
+        await alpha.close(release_lease=False)
+        died = time.monotonic()
+        await wait_until(beta.service.is_leader, timeout_s=LEASE_S + 10, what="beta to lead")
+        took_over_s = time.monotonic() - died
+        # The Lease was renewed at most one retry period (1 s) before alpha died.
+        assert took_over_s >= LEASE_S - 1.5, took_over_s
+        before = spec_gangs(kube, NS, PREFILL)
+        live.exporter.set_lws(namespace=NS, lws=PREFILL, waiting=12, kv_usage_fraction=0.9)
+        await wait_until(
+            lambda: spec_gangs(kube, NS, PREFILL) > before,
+            timeout_s=20,
+            what="beta to scale prefill",
+        )
+        assert "beta" in event_instances(kube)
+        assert await scale_writes(beta) >= 1
+        assert await beta.metric("gang_autoscaler_leader") == 1
+    finally:
+        if beta is not None:
+            await beta.close()
+        if alpha.task is not None and not alpha.task.done():
+            await alpha.close()
