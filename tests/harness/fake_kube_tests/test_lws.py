@@ -282,3 +282,25 @@ async def test_a_deleted_member_recreates_the_whole_group(
     assert set(after) == set(before)
     assert after["p-0"] == before["p-0"] and after["p-0-1"] == before["p-0-1"]
     assert after["p-1"] != before["p-1"] and after["p-1-1"] != before["p-1-1"]
+
+
+async def test_losing_a_node_recreates_the_group_that_had_a_member_there(
+    kube: FakeKube, custom: client.CustomObjectsApi, core: client.CoreV1Api
+) -> None:
+    for index in range(3):
+        kube.add_node(f"n{index}", gpus=8)
+    await create_lws(custom, lws_manifest("d", replicas=1, size=2, gpus=8))
+    before = {
+        p.metadata.name: (p.metadata.uid, p.spec.node_name)
+        for p in (await core.list_namespaced_pod("default")).items
+    }
+    lost = before["d-0-1"][1]
+    await core.delete_node(lost)
+    after = {
+        p.metadata.name: (p.metadata.uid, p.spec.node_name)
+        for p in (await core.list_namespaced_pod("default")).items
+    }
+    assert set(after) == {"d-0", "d-0-1"}
+    assert after["d-0"][0] != before["d-0"][0] and after["d-0-1"][0] != before["d-0-1"][0]
+    assert lost not in {node for _, node in after.values()}
+    assert None not in {node for _, node in after.values()}
