@@ -370,7 +370,10 @@ class KubeHttpApi:
                 for i in items
                 if (i["metadata"].get("namespace", ""), i["metadata"]["name"]) > start_after
             ]
-        limit = int(params.get("limit") or 0)
+        try:
+            limit = int(params.get("limit") or 0)
+        except ValueError as err:
+            raise errors.bad_request("limit must be an integer") from err
         if limit > 0 and len(items) > limit:
             page, rest = items[:limit], items[limit:]
             last = page[-1]["metadata"]

@@ -64,8 +64,8 @@ def strategic_merge_patch(target: Any, patch: Any, *, field: str | None = None) 
             return {k: copy.deepcopy(v) for k, v in patch.items() if k != "$patch"}
         result = dict(target) if isinstance(target, dict) else {}
         for key, value in patch.items():
-            if key == "$patch":
-                continue
+            if key.startswith("$"):
+                continue  # $patch handled above; $setElementOrder and $retainKeys ignored
             if value is None:
                 result.pop(key, None)
             else:

@@ -376,8 +376,9 @@ def _schedule_one(cluster: Cluster, pod: Obj, snapshot: Snapshot) -> bool:
     nominated = snapshot.nodes.get((pod.get("status") or {}).get("nominatedNodeName") or "")
     if nominated is not None and _fits_once_terminated(snapshot, pod, requests, nominated):
         return False  # victims of an earlier preemption are still terminating: wait for them
+    preemption_reasons: Counter[str] = Counter()
     if (pod.get("spec") or {}).get("preemptionPolicy") != "Never":
-        choice = _pick_preemption(snapshot, pod, requests)
+        choice = _pick_preemption(snapshot, pod, requests, preemption_reasons)
         if choice is not None:
             node, victims = choice
             _preempt(cluster, pod, node.name, victims)
@@ -387,13 +388,35 @@ def _schedule_one(cluster: Cluster, pod: Obj, snapshot: Snapshot) -> bool:
             else:
                 _nominate(cluster, pod, node.name)
             return True
-    summary = ", ".join(f"{count} {reason}" for reason, count in sorted(reasons.items()))
-    message = f"0/{len(snapshot.nodes)} nodes are available"
-    message += f": {summary}." if summary else "."
-    if snapshot.nodes:
-        message += " preemption: not eligible or no victims found."
-    _mark_unschedulable(cluster, pod, message)
+    _mark_unschedulable(
+        cluster,
+        pod,
+        _unschedulable_message(
+            len(snapshot.nodes),
+            reasons,
+            preemption_reasons,
+            never=(pod.get("spec") or {}).get("preemptionPolicy") == "Never",
+        ),
+    )
     return False
+
+
+def _unschedulable_message(
+    node_count: int, reasons: Counter[str], preemption: Counter[str], *, never: bool
+) -> str:
+    """The scheduler's FailedScheduling text, e.g. "0/2 nodes are available: 2 Insufficient
+    nvidia.com/gpu. preemption: 0/2 nodes are available: 2 No preemption victims found for
+    incoming pod."."""
+    if node_count == 0:
+        return "no nodes available to schedule pods"
+
+    def counted(counter: Counter[str]) -> str:
+        return ", ".join(f"{count} {reason}" for reason, count in sorted(counter.items()))
+
+    message = f"0/{node_count} nodes are available: {counted(reasons)}."
+    if never:
+        return message + " preemption: not eligible due to preemptionPolicy=Never."
+    return message + f" preemption: 0/{node_count} nodes are available: {counted(preemption)}."
 
 
 def _terminating(pods: Iterable[Obj]) -> list[Obj]:
@@ -413,22 +436,28 @@ def _nominate(cluster: Cluster, pod: Obj, node_name: str) -> None:
     cluster.write_internal(cluster.rtype("", "pods"), nominated)
 
 
+_NOT_HELPFUL = "Preemption is not helpful for scheduling"
+_NO_VICTIMS = "No preemption victims found for incoming pod"
+
+
 def _pick_preemption(
-    snapshot: Snapshot, pod: Obj, requests: dict[str, Decimal]
+    snapshot: Snapshot, pod: Obj, requests: dict[str, Decimal], reasons: Counter[str]
 ) -> tuple[NodeState, list[Obj]] | None:
+    """The node and victims to preempt, or None with the per-node reasons counted."""
     priority = pod_priority(pod)
     candidates: list[tuple[tuple[int, int, int, str], NodeState, list[Obj]]] = []
     for node in snapshot.nodes.values():
         if snapshot.static_problem(pod, node) is not None:
+            reasons[_NOT_HELPFUL] += 1
             continue
         # Pods already terminating will free their resources anyway: never victims again.
         leaving = _terminating(node.pods)
         lower = [p for p in node.pods if pod_priority(p) < priority and p not in leaving]
-        if not lower:
-            continue
-        if _insufficient(requests, node.free(without=lower + leaving)):
+        if not lower or _insufficient(requests, node.free(without=lower + leaving)):
+            reasons[_NO_VICTIMS] += 1
             continue
         if snapshot.affinity_problem(pod, node, excluding=lower + leaving) is not None:
+            reasons[_NOT_HELPFUL] += 1
             continue
         # Reprieve the most important victims first while the preemptor still fits.
         victims = sorted(lower, key=lambda p: (-pod_priority(p), p["metadata"]["name"]))

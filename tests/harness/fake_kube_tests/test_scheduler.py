@@ -60,7 +60,10 @@ async def test_two_8_gpu_pods_do_not_fit_two_nodes_with_4_free_each(
     assert big.status.phase == "Pending"
     scheduled = next(c for c in big.status.conditions if c.type == "PodScheduled")
     assert (scheduled.status, scheduled.reason) == ("False", "Unschedulable")
-    assert "0/2 nodes are available: 2 Insufficient nvidia.com/gpu" in scheduled.message
+    assert scheduled.message == (
+        "0/2 nodes are available: 2 Insufficient nvidia.com/gpu. preemption: 0/2 nodes are "
+        "available: 2 No preemption victims found for incoming pod."
+    )
     # Freeing one node lets exactly one of them in.
     await core.delete_namespaced_pod("fill-1", "default")
     placed = await placement(core)
