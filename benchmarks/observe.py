@@ -89,6 +89,23 @@ async def loop_stall_s(awaitable_factory, *, period_s: float = 0.01) -> tuple[ob
     return result, worst
 
 
+async def curl_queries(url: str, source: PrometheusSource) -> None:
+    processes = [
+        await asyncio.create_subprocess_exec(
+            "curl",
+            "-sf",
+            "-o",
+            "/dev/null",
+            f"{url}/api/v1/query",
+            "--data-urlencode",
+            f"query={query}",
+        )
+        for query in source.queries.instant_queries().values()
+    ]
+    for process in processes:
+        await process.wait()
+
+
 def serve_exporter(args: argparse.Namespace, conn: Connection) -> None:
     """Child process: the exporter, so its rendering does not compete with the measured
     process for the GIL (real vLLM pods are other processes too)."""
@@ -148,6 +165,13 @@ async def measure(
         for _ in range(args.ticks):
             _, stall = await loop_stall_s(lambda: asyncio.sleep(statistics.median(durations)))
             idle_stalls.append(stall)
+        # Control: the same six queries sent by curl processes, so Prometheus works as hard
+        # but nothing runs in this process. On a 2-core machine with Prometheus local, any
+        # stall seen here is CPU contention, not the event loop being blocked.
+        external_stalls = []
+        for _ in range(args.ticks):
+            _, stall = await loop_stall_s(lambda: curl_queries(prometheus.url, source))
+            external_stalls.append(stall)
         outcomes = await source.query_all()
         t0 = time.perf_counter()
         for target in targets:
@@ -172,6 +196,8 @@ async def measure(
         "loop_stall_s_max": max(stalls),
         "loop_stall_s_median": statistics.median(stalls),
         "idle_loop_stall_s_max": max(idle_stalls),
+        "curl_loop_stall_s_max": max(external_stalls),
+        "curl_loop_stall_s_median": statistics.median(external_stalls),
         "idle_loop_stall_s_median": statistics.median(idle_stalls),
         "errors": errors,
         "load_average_1m_before": load_before,
