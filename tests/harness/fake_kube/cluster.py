@@ -22,7 +22,7 @@ from typing import Any
 from tests.harness.fake_kube import errors
 from tests.harness.fake_kube.builtin_schemas import schema_problems
 from tests.harness.fake_kube.crd import CustomResource, leaderworkerset_crd, load_crd
-from tests.harness.fake_kube.errors import ApiError
+from tests.harness.fake_kube.errors import ApiError, Fault
 from tests.harness.fake_kube.event_views import VIEW_KEY, core_to_events, events_to_core
 from tests.harness.fake_kube.patching import (
     MERGE_PATCH,
@@ -101,6 +101,7 @@ class Cluster:
         self.preemptions: list[tuple[str, str]] = []  # (victim, preemptor) as "ns/name"
         self._controllers: list[Callable[[Cluster], None]] = []
         self.scheduling_dirty = True
+        self.faults: list[Fault] = []
         self.store.add_listener(self._note_scheduling_input)
         self.add_custom_resource(leaderworkerset_crd())
         for path in crd_files:
@@ -549,6 +550,31 @@ class Cluster:
     def _note_scheduling_input(self, change: Any) -> None:
         if change.resource_key in ("/pods", "/nodes", "scheduling.k8s.io/priorityclasses"):
             self.scheduling_dirty = True
+
+    def inject_fault(
+        self,
+        *,
+        code: int,
+        method: str | None = None,
+        path_contains: str = "",
+        times: int = 1,
+        retry_after_s: int | None = None,
+    ) -> None:
+        """Test hook: answer the next `times` matching requests with this error instead.
+
+        E.g. `inject_fault(code=409, method="PATCH", path_contains="/scale")` makes the next
+        scale patch conflict; `code=429, retry_after_s=1` throttles; `code=500` fails.
+        """
+        self.faults.append(Fault(method, path_contains, code, times, retry_after_s))
+
+    def take_fault(self, method: str, path: str) -> Fault | None:
+        for fault in self.faults:
+            if fault.matches(method, path):
+                fault.times -= 1
+                if fault.times <= 0:
+                    self.faults.remove(fault)
+                return fault
+        return None
 
     def now_text(self) -> str:
         return rfc3339(self.clock())

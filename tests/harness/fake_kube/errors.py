@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -120,3 +121,30 @@ def expired(requested_rv: int, oldest_rv: int) -> ApiError:
         reason="Expired",
         message=f"too old resource version: {requested_rv} ({oldest_rv})",
     )
+
+
+_FAULT_REASONS = {
+    409: "Conflict",
+    429: "TooManyRequests",
+    500: "InternalError",
+    503: "ServiceUnavailable",
+    504: "Timeout",
+}
+
+
+@dataclass
+class Fault:
+    """An error the server answers instead of serving matching requests (test hook)."""
+
+    method: str | None
+    path_contains: str
+    code: int
+    times: int
+    retry_after_s: int | None = None
+
+    def matches(self, method: str, path: str) -> bool:
+        return (self.method is None or self.method == method) and self.path_contains in path
+
+    def error(self) -> ApiError:
+        reason = _FAULT_REASONS.get(self.code, "InternalError")
+        return ApiError(self.code, reason=reason, message=f"injected fault: {reason}")

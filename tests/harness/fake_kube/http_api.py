@@ -65,6 +65,12 @@ class KubeHttpApi:
             (request.method, request.path_qs, request.headers.get("Content-Type", ""))
         )
         try:
+            fault = self.cluster.take_fault(request.method, request.path_qs)
+            if fault is not None:
+                response = _error(fault.error())
+                if fault.retry_after_s is not None:
+                    response.headers["Retry-After"] = str(fault.retry_after_s)
+                return response
             return await self._dispatch(request)
         except ApiError as err:
             return _error(err)

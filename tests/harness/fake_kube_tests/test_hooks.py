@@ -138,3 +138,44 @@ async def test_extra_crds_and_stored_hpas() -> None:
             "default", hpa
         )
         assert kube.objects("hpa", "default")[0]["spec"]["scaleTargetRef"]["name"] == "decode"
+
+
+async def test_injected_faults_answer_matching_requests_then_stop(
+    kube: FakeKube, custom: client.CustomObjectsApi
+) -> None:
+    await custom.create_namespaced_custom_object(
+        GROUP, VERSION, "default", PLURAL, lws_manifest("a", gpus=0)
+    )
+    kube.inject_fault(code=409, method="PATCH", path_contains="/scale")
+    kube.inject_fault(
+        code=429, method="GET", path_contains="leaderworkersets", times=2, retry_after_s=1
+    )
+    with pytest.raises(ApiException) as conflict:
+        await custom.patch_namespaced_custom_object_scale(
+            GROUP,
+            VERSION,
+            "default",
+            PLURAL,
+            "a",
+            {"spec": {"replicas": 2}},
+            _content_type="application/merge-patch+json",
+        )
+    assert conflict.value.status == 409
+    for _ in range(2):
+        with pytest.raises(ApiException) as throttled:
+            await custom.list_namespaced_custom_object(GROUP, VERSION, "default", PLURAL)
+        assert throttled.value.status == 429
+        assert throttled.value.headers["Retry-After"] == "1"
+    assert kube.object("lws", "default", "a")["spec"]["replicas"] == 1
+    scale = await custom.patch_namespaced_custom_object_scale(
+        GROUP,
+        VERSION,
+        "default",
+        PLURAL,
+        "a",
+        {"spec": {"replicas": 2}},
+        _content_type="application/merge-patch+json",
+    )
+    assert scale["spec"]["replicas"] == 2
+    listed = await custom.list_namespaced_custom_object(GROUP, VERSION, "default", PLURAL)
+    assert [i["metadata"]["name"] for i in listed["items"]] == ["a"]
