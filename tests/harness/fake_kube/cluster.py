@@ -48,10 +48,6 @@ def rfc3339(moment: dt.datetime) -> str:
     return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def rfc3339_micro(moment: dt.datetime) -> str:
-    return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
 def _get_path(obj: Any, path: tuple[str, ...]) -> Any:
     for key in path:
         if not isinstance(obj, dict):

@@ -20,6 +20,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from tests.harness.fake_kube.errors import ApiError
+from tests.harness.fake_kube.event_recorder import record_event
 
 if TYPE_CHECKING:
     from tests.harness.fake_kube.cluster import Cluster
@@ -264,54 +265,6 @@ def _create(
             type_="Warning",
         )
         return None
-
-
-def record_event(
-    cluster: Cluster,
-    *,
-    regarding: Obj,
-    kind: str,
-    api_version: str,
-    reason: str,
-    message: str,
-    type_: str,
-    component: str = "lws",
-) -> None:
-    """Write one core/v1 Event per (object, reason, message), as a controller's recorder does."""
-    events = cluster.rtype("", "events")
-    meta = regarding["metadata"]
-    namespace = meta.get("namespace") or "default"
-    digest = hashlib.sha1(f"{meta['uid']}/{reason}/{message}".encode()).hexdigest()[:10]
-    name = f"{meta['name']}.{digest}"
-    if cluster.store.get(events.key, namespace, name) is not None:
-        return
-    now = cluster.clock().astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    cluster.create(
-        events,
-        namespace,
-        {
-            "metadata": {"name": name, "namespace": namespace},
-            "involvedObject": {
-                "apiVersion": api_version,
-                "kind": kind,
-                "name": meta["name"],
-                "namespace": meta.get("namespace"),
-                "uid": meta["uid"],
-            },
-            "reason": reason,
-            "message": message,
-            "type": type_,
-            "source": {"component": component},
-            "eventTime": cluster.clock().astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
-            "reportingInstance": f"{component}-fake",
-            "action": reason,
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-            "reportingComponent": component,
-        },
-        reconcile=False,
-    )
 
 
 def _update_status(cluster: Cluster, lws: Obj, *, replicas: int, size: int) -> None:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
+from tests.harness.fake_kube.event_recorder import record_event
 from tests.harness.fake_kube.quantity import parse_quantity
 from tests.harness.fake_kube.selectors import label_selector_object_matches
 
@@ -482,8 +483,6 @@ def _pick_preemption(
 
 
 def _preempt(cluster: Cluster, preemptor: Obj, node_name: str, victims: list[Obj]) -> None:
-    from tests.harness.fake_kube.lws_controller import record_event
-
     pods = cluster.rtype("", "pods")
     preemptor_meta = preemptor["metadata"]
     for victim in sorted(victims, key=pod_priority):
@@ -557,8 +556,6 @@ def _start_prebound_pods(cluster: Cluster) -> None:
 
 
 def _bind(cluster: Cluster, pod: Obj, node_name: str) -> Obj:
-    from tests.harness.fake_kube.lws_controller import record_event
-
     bound = copy.deepcopy(pod)
     bound["spec"]["nodeName"] = node_name
     now = cluster.now_text()
@@ -621,8 +618,6 @@ def _bind(cluster: Cluster, pod: Obj, node_name: str) -> Obj:
 
 
 def _mark_unschedulable(cluster: Cluster, pod: Obj, message: str) -> None:
-    from tests.harness.fake_kube.lws_controller import record_event
-
     updated = copy.deepcopy(pod)
     status = updated.setdefault("status", {})
     conditions = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
