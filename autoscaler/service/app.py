@@ -150,7 +150,8 @@ class Service:
             url=settings.prometheus_url,
             # The settings carry the signal queries; the freshness query keeps its default.
             queries=PrometheusQueries(**settings.queries.model_dump()),
-            timeout_s=min(settings.prometheus_timeout_s, self.deadline_s),
+            # Half the tick at most: a slow Prometheus leaves time to plan (holding) and report.
+            timeout_s=min(settings.prometheus_timeout_s, self.deadline_s / 2),
             staleness_limit_s=settings.staleness_limit_s,
             on_error=lambda error: self.metrics.count_error("prometheus"),
         )

@@ -118,11 +118,12 @@ def plan_isolated(
     *,
     now_s: float,
     on_error: Callable[[str], None],
+    planner: Callable[..., tuple[GangPlan, Memory]] = plan_gangs,
 ) -> tuple[GangPlan, Memory]:
     """The core's plan over every component; if it raises, plan each deployment alone and
     hold (at its current gangs and balloons) only the deployments that still raise."""
     try:
-        return plan_gangs(observations, policies, forecasts, memory, now=now_s)
+        return planner(observations, policies, forecasts, memory, now=now_s)
     except Exception:
         log.exception("planning all components at once failed; planning each deployment alone")
     groups: dict[DeploymentKey | ComponentKey, list[ComponentKey]] = {}
@@ -137,7 +138,7 @@ def plan_isolated(
             cluster=observations.cluster,
         )
         try:
-            sub_plan, sub_memory = plan_gangs(
+            sub_plan, sub_memory = planner(
                 subset,
                 {k: policies[k] for k in keys if k in policies},
                 {k: forecasts[k] for k in keys if k in forecasts},

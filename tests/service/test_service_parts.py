@@ -1,0 +1,138 @@
+"""The service's parts on their own: per-deployment isolation of the plan, the first-sight
+scale-down window, lease timing, JSON logs, and the tick deadline against a Prometheus that
+never answers in time."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from autoscaler.core.decision import plan as core_plan
+from autoscaler.core.gang_plan import Memory, Reason
+from autoscaler.core.model import ComponentKey
+from autoscaler.service.app import lease_timing
+from autoscaler.service.control_loop import plan_isolated, seed_memory
+from autoscaler.service.decisions_view import decisions_view
+from autoscaler.service.logs import JsonFormatter
+from tests.core.builders import obs, observations, policy
+from tests.harness.fake_kube import FakeKube
+from tests.service.stack import DECODE, pd_manifests, settings_for, start_service, wait_until
+
+A, B = ComponentKey("serving", "a"), ComponentKey("serving", "b")
+
+
+def test_a_plan_that_raises_holds_only_its_deployment() -> None:
+    inputs = observations(obs("a", ready=2, waiting=20.0), obs("b", ready=2, waiting=20.0))
+    policies = {A: policy(), B: policy()}
+
+    def planner(observed: Any, *args: Any, **kwargs: Any) -> Any:
+        if B in observed.components:
+            raise ZeroDivisionError("a bug that only b's inputs reach")
+        return core_plan(observed, *args, **kwargs)
+
+    errors: list[str] = []
+    plan, memory = plan_isolated(
+        inputs, policies, {}, Memory(), now_s=1000.0, on_error=errors.append, planner=planner
+    )
+    assert plan.components[A].desired_gangs > 2  # a still scales on its queue
+    assert plan.components[B].desired_gangs == 2 and plan.components[B].hold
+    assert "ZeroDivisionError" in plan.components[B].detail
+    assert errors == ["plan"]
+    assert A in memory.components
+
+
+def test_first_sight_starts_the_scale_down_window() -> None:
+    idle = observations(obs("a", ready=3, waiting=0.0, kv=0.05))
+    policies = {A: policy(scale_down_window="60s")}
+    memory = seed_memory(Memory(), idle, now_s=1000.0)
+    early, memory = core_plan(idle, policies, {}, memory, now=1030.0)
+    assert early.components[A].desired_gangs == 3
+    assert early.components[A].reason is Reason.SCALE_DOWN_STABILIZED
+    late, _ = core_plan(idle, policies, {}, memory, now=1061.0)
+    assert late.components[A].desired_gangs < 3
+    # Seeding never overwrites what the loop already remembers.
+    assert seed_memory(memory, idle, now_s=2000.0) is memory
+
+
+@pytest.mark.parametrize(
+    ("lease_s", "expected"),
+    [
+        pytest.param(15, (15, 10, 2), id="client-go-defaults"),
+        pytest.param(3, (3, 2, 1), id="shortest"),
+        pytest.param(60, (60, 40, 8), id="long"),
+    ],
+)
+def test_lease_timing_keeps_renew_below_lease(lease_s: float, expected: tuple[int, ...]) -> None:
+    assert lease_timing(lease_s) == expected
+    lease, renew, retry = expected
+    assert lease > renew > 1.2 * retry  # what kubernetes-asyncio's elector requires
+
+
+def test_lease_shorter_than_three_seconds_is_refused() -> None:
+    with pytest.raises(ValueError, match="at least 3s"):
+        lease_timing(2.0)
+
+
+def test_json_log_lines_carry_the_decision_fields() -> None:
+    record = logging.LogRecord("x", logging.INFO, __file__, 1, "%s: scaled", ("ns/a",), None)
+    record.reason = "scale_up_waiting"
+    record.desired_gangs = 3
+    line = json.loads(JsonFormatter().format(record))
+    assert line["message"] == "ns/a: scaled"
+    assert line["reason"] == "scale_up_waiting" and line["desired_gangs"] == 3
+    assert line["level"] == "INFO" and "time" in line
+
+
+def test_decisions_before_the_first_tick_is_an_empty_shell() -> None:
+    assert decisions_view(None) == {"tick": None, "components": {}}
+
+
+@pytest.fixture
+async def silent_prometheus() -> AsyncIterator[str]:
+    """An HTTP server that accepts Prometheus queries and answers far too late."""
+
+    async def slow(request: web.Request) -> web.Response:
+        await asyncio.sleep(30)
+        return web.json_response({"status": "success", "data": {"result": []}})
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", slow)
+    runner = web.AppRunner(app, shutdown_timeout=0.1)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    yield f"http://127.0.0.1:{runner.addresses[0][1]}"
+    await runner.cleanup()
+
+
+async def test_a_prometheus_that_hangs_cannot_stall_the_loop(
+    kube: FakeKube, silent_prometheus: str
+) -> None:
+    kube.add_namespace("slow")
+    for manifest in pd_manifests("slow", {}):
+        kube.apply(manifest)
+    running = await start_service(
+        kube, settings_for(silent_prometheus, prometheus_timeout="30s", backfill_days=0)
+    )
+    try:
+        await wait_until(lambda: running.service.loop.ticks >= 5, timeout_s=10, what="5 ticks")
+        record = running.service.loop.last
+        assert record is not None
+        assert record.duration_s < running.service.deadline_s + 0.2
+        status, health = await running.get("/healthz")
+        assert status == 200, health
+        _, body = await running.get("/decisions")
+        decode = body["components"][f"slow/{DECODE}"]
+        if decode["plan"] is not None:  # the tick got as far as planning: it held
+            assert decode["plan"]["desired_gangs"] == decode["plan"]["current_gangs"]
+        timeouts = await running.metric("gang_autoscaler_errors_total", kind="prometheus")
+        deadlines = await running.metric("gang_autoscaler_errors_total", kind="tick_deadline")
+        assert (timeouts or 0) + (deadlines or 0) >= 3
+    finally:
+        await running.close()
