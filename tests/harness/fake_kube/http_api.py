@@ -87,6 +87,11 @@ class KubeHttpApi:
                     "major": "1",
                     "minor": "33",
                     "gitVersion": "v1.33.0-fake",
+                    "gitCommit": "0000000000000000000000000000000000000000",
+                    "gitTreeState": "clean",
+                    "buildDate": "2025-04-23T00:00:00Z",
+                    "goVersion": "go1.24.2",
+                    "compiler": "gc",
                     "platform": "linux/amd64",
                 }
             )

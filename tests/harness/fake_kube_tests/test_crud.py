@@ -306,3 +306,17 @@ async def test_everything_the_fake_writes_itself_passes_the_kubernetes_schema(
             assert problems == ([], []), obj
             checked += 1
     assert checked > 10
+
+
+async def test_version_and_namespace_lifecycle(kube: FakeKube, api: client.ApiClient) -> None:
+    version = await client.VersionApi(api).get_code()
+    assert (version.major, version.minor) == ("1", "33")
+    core = client.CoreV1Api(api)
+    assert (await core.read_namespace_status("default")).status.phase == "Active"
+    await core.create_namespace({"metadata": {"name": "team"}})
+    await core.create_namespaced_config_map("team", config_map("c"))
+    await core.delete_namespace("team")
+    assert kube.objects("configmaps", "team") == []
+    with pytest.raises(ApiException) as caught:
+        await core.read_namespace("team")
+    assert caught.value.status == 404
