@@ -12,7 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness.prometheus_server import PrometheusServer, load_openmetrics
+from tests.harness.prometheus_server import (
+    PrometheusFactory,
+    PrometheusServer,
+    load_openmetrics,
+    prometheus_factory,  # noqa: F401  (fixture)
+)
 from tests.harness.vllm_exporter import PodValues, VllmExporter, render_pod
 
 pytestmark = pytest.mark.prometheus
@@ -53,7 +58,10 @@ def test_prometheus_scrapes_leaders_and_workers_with_pod_labels() -> None:
     }
 
 
-def test_promtool_history_is_queryable(tmp_path: Path) -> None:
+def test_promtool_history_is_queryable(
+    tmp_path: Path,
+    prometheus_factory: PrometheusFactory,  # noqa: F811  (the fixture imported above)
+) -> None:
     now = int(time.time())
     start = now - 3 * 3600
     lines = ["# TYPE vllm:num_requests_waiting gauge"]
@@ -62,6 +70,6 @@ def test_promtool_history_is_queryable(tmp_path: Path) -> None:
         for i in range(180)
     ]
     load_openmetrics("\n".join(lines) + "\n# EOF\n", data_dir=tmp_path / "tsdb")
-    with PrometheusServer(data_dir=tmp_path / "tsdb") as prometheus:
-        result = prometheus.query(f"count_over_time(vllm:num_requests_waiting[4h] @ {now})")
+    prometheus = prometheus_factory(data_dir=tmp_path / "tsdb")
+    result = prometheus.query(f"count_over_time(vllm:num_requests_waiting[4h] @ {now})")
     assert [float(r["value"][1]) for r in result] == [180.0]  # type: ignore[index]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from autoscaler.adapters.pod_names import PodIdentity, PodNameIndex
 
@@ -47,3 +49,31 @@ KNOWN = [
 )
 def test_resolve(namespace: str, pod: str, expected: PodIdentity | None) -> None:
     assert PodNameIndex(KNOWN).resolve(namespace, pod) == expected
+
+
+_NAME_PART = st.from_regex(r"[a-z0-9]{1,4}", fullmatch=True)
+_LWS_NAME = st.lists(_NAME_PART, min_size=1, max_size=4).map("-".join)
+
+
+@given(
+    names=st.lists(_LWS_NAME, min_size=1, max_size=6, unique=True),
+    pick=st.integers(min_value=0),
+    group=st.integers(min_value=0, max_value=500),
+    worker=st.integers(min_value=0, max_value=16),
+)
+def test_resolved_identity_names_the_same_pod(
+    names: list[str], pick: int, group: int, worker: int
+) -> None:
+    """Whatever LWS names exist, a resolved pod's identity spells the same pod name, and a
+    leader of a known LWS always resolves (as a leader)."""
+    lws = names[pick % len(names)]
+    pod = f"{lws}-{group}" if worker == 0 else f"{lws}-{group}-{worker}"
+    who = PodNameIndex(("ns", n) for n in names).resolve("ns", pod)
+    if worker == 0:
+        assert who is not None and who.is_leader
+    if who is not None:
+        spelled = f"{who.lws}-{who.group_index}"
+        if not who.is_leader:
+            spelled += f"-{who.worker_index}"
+        assert spelled == pod
+        assert who.lws in names
