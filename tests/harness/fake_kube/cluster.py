@@ -592,6 +592,21 @@ class Cluster:
             with contextlib.suppress(RuntimeError):
                 self.schedule_later(self.pod_ready_delay_s, turn_ready)
 
+    def restart_container(self, namespace: str, name: str) -> Obj:
+        """Test hook: a container of this running pod crashed and the kubelet restarted it."""
+        pods = self.rtype("", "pods")
+        pod = self.get(pods, namespace, name)
+        statuses = pod.get("status", {}).get("containerStatuses") or []
+        if not statuses:
+            raise ValueError(f"pod {namespace}/{name} has no running containers to restart")
+        statuses[0]["restartCount"] = int(statuses[0].get("restartCount") or 0) + 1
+        statuses[0]["lastState"] = {
+            "terminated": {"exitCode": 1, "reason": "Error", "finishedAt": self.now_text()}
+        }
+        result = self.write_internal(pods, pod)
+        self.after_write()
+        return result
+
     def set_pod_ready(
         self, namespace: str, name: str, *, ready: bool = True, reconcile: bool = True
     ) -> Obj:

@@ -51,6 +51,11 @@ def _group_key(namespace: str, leader_name: str) -> str:
     return hashlib.sha1(f"{namespace}/{leader_name}".encode()).hexdigest()
 
 
+def _restart_count(pod: Obj) -> int:
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    return sum(int(status.get("restartCount") or 0) for status in statuses)
+
+
 def _terminating(pod: Obj) -> bool:
     return bool(pod["metadata"].get("deletionTimestamp"))
 
@@ -211,9 +216,12 @@ def _reconcile_one(cluster: Cluster, lws: Obj) -> None:
         # Groups whose workers were all created once (by leader uid), so that a missing
         # member later means "restarted", not "not created yet".
         started = leader is not None and leader["metadata"]["uid"] in cluster.started_groups
-        if recreate_group and leader is not None and started and missing_workers:
-            # A member of a started group vanished: the real controller deletes the leader,
-            # which recreates the whole group.
+        restarted = any(
+            _restart_count(live[name]) > 0 for name in [leader_name, *workers] if name in live
+        )
+        if recreate_group and leader is not None and started and (missing_workers or restarted):
+            # A member of a started group vanished or restarted a container: the real
+            # controller deletes the leader, which recreates the whole group.
             for name in [leader_name, *workers]:
                 delete(name)
             continue

@@ -304,3 +304,26 @@ async def test_losing_a_node_recreates_the_group_that_had_a_member_there(
     assert after["d-0"][0] != before["d-0"][0] and after["d-0-1"][0] != before["d-0-1"][0]
     assert lost not in {node for _, node in after.values()}
     assert None not in {node for _, node in after.values()}
+
+
+@pytest.mark.parametrize(
+    ("restart_policy", "group_recreated"),
+    [
+        pytest.param("RecreateGroupOnPodRestart", True, id="recreate-group"),
+        pytest.param("None", False, id="restart-in-place"),
+    ],
+)
+async def test_a_container_restart_recreates_the_group_per_restart_policy(
+    kube: FakeKube, restart_policy: str, group_recreated: bool
+) -> None:
+    kube.add_node("n1")
+    manifest = lws_manifest("d", replicas=2, size=2, gpus=0)
+    manifest["spec"]["leaderWorkerTemplate"]["restartPolicy"] = restart_policy
+    kube.apply(manifest)
+    before = {p["metadata"]["name"]: p["metadata"]["uid"] for p in kube.objects("pods")}
+    kube.restart_container("default", "d-1-1")
+    after = {p["metadata"]["name"]: p["metadata"]["uid"] for p in kube.objects("pods")}
+    assert set(after) == set(before)
+    assert after["d-0"] == before["d-0"] and after["d-0-1"] == before["d-0-1"]
+    assert (after["d-1"] != before["d-1"]) is group_recreated
+    assert (after["d-1-1"] != before["d-1-1"]) is group_recreated
