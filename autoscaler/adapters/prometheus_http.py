@@ -68,6 +68,8 @@ class PrometheusStats:
             self.last_error = str(error)
 
 
+# Called once per failed query, from the worker thread that ran it (or the event loop for
+# a query that never answered): it must be thread-safe, as prometheus_client metrics are.
 ErrorCallback = Callable[[PrometheusUnavailable], None]
 
 

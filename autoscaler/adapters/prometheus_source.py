@@ -174,7 +174,12 @@ class PrometheusSource:
             name: asyncio.create_task(send(name, query))
             for name, query in self.queries.instant_queries().items()
         }
-        await asyncio.wait(tasks.values(), timeout=self.timeout_s + _DEADLINE_GRACE_S)
+        try:
+            await asyncio.wait(tasks.values(), timeout=self.timeout_s + _DEADLINE_GRACE_S)
+        except asyncio.CancelledError:
+            for task in tasks.values():
+                task.cancel()  # the caller gave up on this tick; leave nothing dangling
+            raise
         outcomes: dict[str, QueryOutcome] = {}
         failures: list[PrometheusUnavailable] = []
         for name, task in tasks.items():
@@ -183,17 +188,18 @@ class PrometheusSource:
                 error = PrometheusUnavailable(name, kind="timeout", detail="no answer in time")
                 self.http.report(error)
                 failures.append(error)
-            elif isinstance(task.exception(), PrometheusUnavailable):
-                failures.append(task.exception())  # type: ignore[arg-type]
-            elif task.exception() is not None:
+                continue
+            exc = task.exception()
+            if exc is None:
+                outcomes[name] = task.result()
+            elif isinstance(exc, PrometheusUnavailable):
+                failures.append(exc)  # already counted where it was raised
+            else:
                 # Not a Prometheus failure we know; still never stop the loop for it.
-                exc = task.exception()
                 log.error("prometheus query %s raised", name, exc_info=exc)
                 error = PrometheusUnavailable(name, kind="unexpected", detail=repr(exc))
                 self.http.report(error)
                 failures.append(error)
-            else:
-                outcomes[name] = task.result()
         for error in failures:
             outcomes[error.query_name] = QueryOutcome(
                 error=f"prometheus {error.kind}: {error.detail}"

@@ -113,6 +113,19 @@ async def test_hanging_prometheus_gives_none_within_the_timeout() -> None:
         assert {r.query["timeout"] for r in seen} <= {f"{ms}ms" for ms in range(900, 1001)}
 
 
+async def test_a_caller_deadline_cancels_the_tick_cleanly() -> None:
+    async def hang(request: web.Request) -> web.StreamResponse:
+        await asyncio.sleep(30)
+        return web.json_response({})
+
+    async with serve(hang) as (url, _seen):
+        source = PrometheusSource(url=url, queries=QUERIES, timeout_s=5.0)
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(source.observe(TARGETS), timeout=0.3)
+        # Cancelled, not failed: nothing was counted as a Prometheus error.
+        assert source.stats.errors == {}
+
+
 @pytest.mark.parametrize(
     ("status", "kind", "requests_per_query"),
     [
