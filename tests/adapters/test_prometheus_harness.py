@@ -17,6 +17,7 @@ from tests.harness.prometheus_server import (
     PrometheusServer,
     load_openmetrics,
     prometheus_factory,  # noqa: F401  (fixture)
+    require_binary,
 )
 from tests.harness.vllm_exporter import PodValues, VllmExporter, render_pod
 
@@ -73,3 +74,12 @@ def test_promtool_history_is_queryable(
     prometheus = prometheus_factory(data_dir=tmp_path / "tsdb")
     result = prometheus.query(f"count_over_time(vllm:num_requests_waiting[4h] @ {now})")
     assert [float(r["value"][1]) for r in result] == [180.0]  # type: ignore[index]
+
+
+def test_missing_binary_fails_under_ci_and_skips_locally(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="must run under CI"):
+        require_binary("prometheus-not-installed-here")
+    monkeypatch.delenv("CI")
+    with pytest.raises(pytest.skip.Exception, match="not installed"):
+        require_binary("prometheus-not-installed-here")
