@@ -40,7 +40,7 @@ from tests.harness.fake_kube.store import Obj, Store
 
 _NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
-_MAX_RECONCILE_ROUNDS = 50
+_MAX_RECONCILE_ROUNDS = 2000  # a safety net against controllers that never settle
 DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 
 

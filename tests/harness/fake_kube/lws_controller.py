@@ -8,7 +8,8 @@ indexes.
 
 Simplifications: the real controller owns workers through one StatefulSet per group and
 leaders through a leader StatefulSet; here every pod is owned directly by the LWS (so owner
-garbage collection still removes them). Template changes do not roll existing groups.
+garbage collection still removes them). A template change rolls groups one by one from the
+highest index, without surge.
 """
 
 from __future__ import annotations
@@ -250,7 +251,71 @@ def _reconcile_one(cluster: Cluster, lws: Obj) -> None:
                 complete = False  # an old worker of that name is still terminating
         if complete:
             cluster.started_groups.add(leader["metadata"]["uid"])
-    _update_status(cluster, lws, replicas=replicas, size=size)
+    _roll_one_group(
+        cluster,
+        lws,
+        live=_live_pods(cluster, lws),
+        replicas=replicas,
+        size=size,
+        template_hash=template_hash,
+    )
+    _update_status(cluster, lws, replicas=replicas, size=size, template_hash=template_hash)
+
+
+def _live_pods(cluster: Cluster, lws: Obj) -> dict[str, Obj]:
+    return {name: pod for name, pod in _owned_pods(cluster, lws).items() if not _terminating(pod)}
+
+
+def _max_unavailable(lws: Obj, replicas: int) -> int:
+    config = ((lws["spec"].get("rolloutStrategy") or {}).get("rollingUpdateConfiguration")) or {}
+    raw = config.get("maxUnavailable", 1)
+    if isinstance(raw, str) and raw.endswith("%"):
+        return max(1, replicas * int(raw[:-1]) // 100)
+    return max(1, int(raw))
+
+
+def _roll_one_group(
+    cluster: Cluster,
+    lws: Obj,
+    *,
+    live: dict[str, Obj],
+    replicas: int,
+    size: int,
+    template_hash: str,
+) -> None:
+    """Rolling update: replace the highest out-of-date group while few enough are unready.
+
+    Like the real controller (and a StatefulSet), groups are updated from the highest index
+    down, at most `maxUnavailable` groups unready at a time; `maxSurge` and `partition` are
+    not emulated.
+    """
+    name = lws["metadata"]["name"]
+
+    def members(group: int) -> list[str]:
+        return [f"{name}-{group}", *(f"{name}-{group}-{w}" for w in range(1, size))]
+
+    outdated = [
+        group
+        for group in range(replicas)
+        if any(
+            (live[m]["metadata"].get("labels") or {}).get(TEMPLATE_HASH_LABEL) != template_hash
+            for m in members(group)
+            if m in live
+        )
+    ]
+    if not outdated:
+        return
+    unready = sum(
+        1
+        for group in range(replicas)
+        if not all(m in live and _is_ready(live[m]) for m in members(group))
+    )
+    if unready >= _max_unavailable(lws, replicas):
+        return
+    pods_type = cluster.rtype("", "pods")
+    for member in members(max(outdated)):
+        if member in live:
+            cluster.delete(pods_type, lws["metadata"]["namespace"], member, reconcile=False)
 
 
 def _create(
@@ -275,7 +340,9 @@ def _create(
         return None
 
 
-def _update_status(cluster: Cluster, lws: Obj, *, replicas: int, size: int) -> None:
+def _update_status(
+    cluster: Cluster, lws: Obj, *, replicas: int, size: int, template_hash: str
+) -> None:
     owned = _owned_pods(cluster, lws)
     lws_name = lws["metadata"]["name"]
     groups_created = sum(1 for g in range(replicas) if f"{lws_name}-{g}" in owned)
@@ -310,7 +377,15 @@ def _update_status(cluster: Cluster, lws: Obj, *, replicas: int, size: int) -> N
         {
             "replicas": groups_created,
             "readyReplicas": ready_groups,
-            "updatedReplicas": groups_created,
+            "updatedReplicas": sum(
+                1
+                for g in range(replicas)
+                if (owned.get(f"{lws_name}-{g}") or {})
+                .get("metadata", {})
+                .get("labels", {})
+                .get(TEMPLATE_HASH_LABEL)
+                == template_hash
+            ),
             "hpaPodSelector": hpa_pod_selector(lws_name),
             "observedGeneration": lws["metadata"].get("generation", 1),
             "conditions": [

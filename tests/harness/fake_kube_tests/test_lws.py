@@ -327,3 +327,85 @@ async def test_a_container_restart_recreates_the_group_per_restart_policy(
     assert after["d-0"] == before["d-0"] and after["d-0-1"] == before["d-0-1"]
     assert (after["d-1"] != before["d-1"]) is group_recreated
     assert (after["d-1-1"] != before["d-1-1"]) is group_recreated
+
+
+async def test_a_template_change_rolls_groups_from_the_highest_index_one_at_a_time() -> None:
+    async with FakeKube.start(pod_ready_delay_s=None) as kube:
+        kube.add_node("n1")
+        kube.apply(lws_manifest("d", replicas=3, size=2, gpus=0))
+        for pod in kube.objects("pods"):
+            kube.set_pod_ready("default", pod["metadata"]["name"])
+        lws_type = kube.resource("lws")
+
+        def images() -> dict[str, str]:
+            return {
+                p["metadata"]["name"]: p["spec"]["containers"][0]["image"]
+                for p in kube.objects("pods")
+            }
+
+        kube.patch(
+            lws_type,
+            "default",
+            "d",
+            {
+                "spec": {
+                    "leaderWorkerTemplate": {
+                        "workerTemplate": {
+                            "spec": {
+                                "containers": [
+                                    {"name": "vllm-worker", "image": "vllm/vllm-openai:v2"}
+                                ]
+                            }
+                        }
+                    }
+                }
+            },
+            content_type="application/merge-patch+json",
+        )
+        assert images() == {
+            "d-0": "vllm/vllm-openai:latest",
+            "d-0-1": "vllm/vllm-openai:latest",
+            "d-1": "vllm/vllm-openai:latest",
+            "d-1-1": "vllm/vllm-openai:latest",
+            "d-2": "vllm/vllm-openai:v2",
+            "d-2-1": "vllm/vllm-openai:v2",
+        }
+        assert kube.object("lws", "default", "d")["status"]["updatedReplicas"] == 1
+        # The new group is not ready yet, so no other group goes down (maxUnavailable 1).
+        kube.reconcile()
+        assert images()["d-1"] == "vllm/vllm-openai:latest"
+        for name in ("d-2", "d-2-1"):
+            kube.set_pod_ready("default", name)
+        assert images()["d-1"] == "vllm/vllm-openai:v2"
+        assert images()["d-0"] == "vllm/vllm-openai:latest"
+
+
+async def test_a_rollout_with_immediate_readiness_completes(kube: FakeKube) -> None:
+    kube.add_node("n1")
+    kube.apply(lws_manifest("d", replicas=4, size=2, gpus=0))
+    kube.patch(
+        kube.resource("lws"),
+        "default",
+        "d",
+        {"metadata": {"labels": {"x": "y"}}, "spec": {"startupPolicy": "LeaderReady"}},
+        content_type="application/merge-patch+json",
+    )
+    # startupPolicy is outside the template: nothing rolls.
+    status = kube.object("lws", "default", "d")["status"]
+    assert status["updatedReplicas"] == 4
+    kube.patch(
+        kube.resource("lws"),
+        "default",
+        "d",
+        {
+            "spec": {
+                "leaderWorkerTemplate": {"workerTemplate": {"metadata": {"labels": {"role": "w2"}}}}
+            }
+        },
+        content_type="application/merge-patch+json",
+    )
+    pods = kube.objects("pods")
+    assert len(pods) == 8
+    assert {p["metadata"]["labels"]["role"] for p in pods} == {"w2"}
+    status = kube.object("lws", "default", "d")["status"]
+    assert (status["updatedReplicas"], status["readyReplicas"]) == (4, 4)
