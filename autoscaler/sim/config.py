@@ -91,7 +91,7 @@ class GangPolicySettings(_Settings):
     unified: dict[str, str] = Field(default_factory=dict)
     # capacity-per-replica defaults to this share of a gang's measured capacity
     target_utilization: float = Field(
-        default=0.9, gt=0, le=1, description="capacity-per-replica as a share of a gang's"
+        default=0.8, gt=0, le=1, description="capacity-per-replica as a share of a gang's"
     )
     forecast_refit_s: float = Field(default=3600.0, gt=0, description="forecaster refit cadence")
     forecast_refit_long_s: float = Field(

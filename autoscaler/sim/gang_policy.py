@@ -64,7 +64,6 @@ def default_annotations(
         "capacity-per-replica": f"{capacity:g}",
         "lead-time": f"{lead_s:g}s",
         "max-buffer": "2",
-        "max-scale-up": "4",
         # bursts come back within minutes (Azure code: silent gaps of up to 217 s); holding
         # gangs through a gap costs less than starting them again 8 minutes late
         "scale-down-window": "10m",

@@ -4,10 +4,11 @@ its peak; neither can be beaten on GPU-hours by a policy that meets the SLO.
 
 Prefill: with aggregate capacity c, FIFO delay stays within a slack s when every window
 starting now satisfies arrivals(window) <= c * (window + s); the slack is the SLO less the
-99th percentile of a request's own prefill time. Windows up to `max_window_s` are checked,
-which covers every burst the SLO can absorb. Decode: enough slots for the sequences that
-would be running if every request got a slot at once. Unified: both on the same gangs, with
-the decode batch taking its share of prefill capacity.
+99th percentile of a request's own prefill time. Windows of 1 to `max_window_s` seconds
+(every second) and up to `long_window_s` (every 30 s) are checked: short ones for bursts,
+long ones for sustained overloads that no short window shows. Decode: enough slots for the
+sequences that would be running if every request got a slot at once. Unified: both on the
+same gangs, with the decode batch taking its share of prefill capacity.
 """
 
 from __future__ import annotations
@@ -25,7 +26,12 @@ def per_step(values: np.ndarray, arrival_s: np.ndarray, *, dt: float, n_steps: i
 
 
 def required_gangs(
-    workload: Workload, settings: SimSettings, *, n_steps: int, max_window_s: float = 120.0
+    workload: Workload,
+    settings: SimSettings,
+    *,
+    n_steps: int,
+    max_window_s: float = 120.0,
+    long_window_s: float = 3600.0,
 ) -> dict[str, np.ndarray]:
     dt = settings.step_s
     pods = settings.cluster.pods_per_gang
@@ -47,7 +53,11 @@ def required_gangs(
     tokens = per_step(workload.prompt_tokens(), workload.arrival_s, dt=grid_s, n_steps=n_grid)
     cumulative = np.concatenate(([0.0], np.cumsum(tokens)))
     need_grid = np.zeros(n_grid)
-    for w in range(1, max(round(max_window_s / grid_s), 1) + 1):
+    short = range(1, max(round(max_window_s / grid_s), 1) + 1)
+    # long windows catch a sustained small overload, which no short window shows but which
+    # grows a queue without bound
+    long = range(short[-1] + 30, max(round(long_window_s / grid_s), short[-1]) + 1, 30)
+    for w in (*short, *long):
         end = np.minimum(np.arange(n_grid) + w, n_grid)
         window = cumulative[end] - cumulative[:n_grid]
         need_grid = np.maximum(need_grid, window / (w * grid_s + slack_s))
