@@ -197,18 +197,25 @@ def _required_terms(pod: Obj, kind: str) -> list[Obj]:
     )
 
 
-def _term_selects(term: Obj, owner: Obj, candidate: Obj) -> bool:
-    """Does `term` (declared by `owner`) select `candidate` by namespace and labels?"""
-    namespaces = term.get("namespaces") or []
-    candidate_ns = candidate["metadata"].get("namespace")
-    if term.get("namespaceSelector") == {}:
-        pass  # an empty namespaceSelector means every namespace
-    elif namespaces:
-        if candidate_ns not in namespaces:
-            return False
-    elif candidate_ns != owner["metadata"].get("namespace"):
-        return False
-    return label_selector_object_matches(
+def _term_selects(
+    term: Obj, owner: Obj, candidate: Obj, namespace_labels: dict[str, dict[str, str]]
+) -> bool:
+    """Does `term` (declared by `owner`) select `candidate` by namespace and labels?
+
+    The namespaces are the union of `namespaces` and those `namespaceSelector` selects; with
+    neither, the owner's own namespace.
+    """
+    candidate_ns = candidate["metadata"].get("namespace", "")
+    listed = term.get("namespaces") or []
+    selector = term.get("namespaceSelector")
+    if not listed and selector is None:
+        in_scope = candidate_ns == owner["metadata"].get("namespace")
+    else:
+        in_scope = candidate_ns in listed or (
+            selector is not None
+            and label_selector_object_matches(selector, namespace_labels.get(candidate_ns))
+        )
+    return in_scope and label_selector_object_matches(
         term.get("labelSelector"), candidate["metadata"].get("labels")
     )
 
@@ -216,6 +223,7 @@ def _term_selects(term: Obj, owner: Obj, candidate: Obj) -> bool:
 @dataclass
 class Snapshot:
     nodes: dict[str, NodeState]
+    namespace_labels: dict[str, dict[str, str]]
 
     @classmethod
     def take(cls, cluster: Cluster) -> Snapshot:
@@ -224,7 +232,14 @@ class Snapshot:
             node_name = (pod.get("spec") or {}).get("nodeName")
             if node_name in nodes and _is_active(pod):
                 nodes[node_name].pods.append(pod)
-        return cls(nodes)
+        namespace_labels = {
+            ns["metadata"]["name"]: ns["metadata"].get("labels") or {}
+            for ns in cluster.store.items("/namespaces")
+        }
+        return cls(nodes, namespace_labels)
+
+    def selects(self, term: Obj, owner: Obj, candidate: Obj) -> bool:
+        return _term_selects(term, owner, candidate, self.namespace_labels)
 
     def placed(self, *, excluding: Iterable[Obj] = ()) -> list[tuple[NodeState, Obj]]:
         excluded = {id(p) for p in excluding}
@@ -238,10 +253,10 @@ class Snapshot:
         affinity: list[tuple[str, set[str] | None]] = []
         for term in _required_terms(pod, "podAffinity"):
             key = term["topologyKey"]
-            matching = [n for n, p in placed if _term_selects(term, pod, p)]
+            matching = [n for n, p in placed if self.selects(term, pod, p)]
             if matching:
                 affinity.append((key, {n.labels[key] for n in matching if key in n.labels}))
-            elif _term_selects(term, pod, pod):
+            elif self.selects(term, pod, pod):
                 # The first pod of a group may land anywhere only if it matches its own term.
                 affinity.append((key, None))
             else:
@@ -255,7 +270,7 @@ class Snapshot:
                     {
                         n.labels[key]
                         for n, p in placed
-                        if key in n.labels and _term_selects(term, pod, p)
+                        if key in n.labels and self.selects(term, pod, p)
                     },
                 )
             )
@@ -263,7 +278,7 @@ class Snapshot:
             (term["topologyKey"], n.labels[term["topologyKey"]])
             for n, other in placed
             for term in _required_terms(other, "podAntiAffinity")
-            if term["topologyKey"] in n.labels and _term_selects(term, other, pod)
+            if term["topologyKey"] in n.labels and self.selects(term, other, pod)
         ]
 
         def check(node: NodeState) -> str | None:

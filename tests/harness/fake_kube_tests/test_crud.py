@@ -320,3 +320,55 @@ async def test_version_and_namespace_lifecycle(kube: FakeKube, api: client.ApiCl
     with pytest.raises(ApiException) as caught:
         await core.read_namespace("team")
     assert caught.value.status == 404
+
+
+async def test_strategic_merge_patch_merge_keys_and_delete_directive(
+    core: client.CoreV1Api,
+) -> None:
+    pod = {
+        "metadata": {"name": "p"},
+        "spec": {
+            "containers": [
+                {
+                    "name": "a",
+                    "image": "a:1",
+                    "env": [{"name": "X", "value": "1"}, {"name": "Y", "value": "2"}],
+                }
+            ]
+        },
+    }
+    await core.create_namespaced_pod("default", pod)
+    # Containers merge by name: the image changes and the env list is kept.
+    patched = await core.patch_namespaced_pod(
+        "p",
+        "default",
+        {
+            "metadata": {"labels": {"a": "1"}},
+            "spec": {"containers": [{"name": "a", "image": "a:2"}]},
+        },
+        _content_type="application/strategic-merge-patch+json",
+    )
+    container = patched.spec.containers[0]
+    assert (container.image, [e.name for e in container.env]) == ("a:2", ["X", "Y"])
+    node = await core.create_node(
+        {
+            "metadata": {"name": "n"},
+            "spec": {
+                "taints": [
+                    {"key": "a", "effect": "NoSchedule"},
+                    {"key": "b", "effect": "NoSchedule"},
+                ]
+            },
+        }
+    )
+    assert len(node.spec.taints) == 2
+    patched_node = await core.patch_node(
+        "n",
+        {
+            "spec": {
+                "taints": [{"key": "a", "$patch": "delete"}, {"key": "c", "effect": "NoExecute"}]
+            }
+        },
+        _content_type="application/strategic-merge-patch+json",
+    )
+    assert [t.key for t in patched_node.spec.taints] == ["b", "c"]

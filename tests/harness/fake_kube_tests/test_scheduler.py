@@ -409,3 +409,43 @@ async def test_a_large_cluster_stays_fast_enough_for_adapter_tests(
     assert len(pods) == 160
     assert sum(1 for p in pods if p["spec"].get("nodeName")) == 80
     assert elapsed_s < 8, elapsed_s
+
+
+async def test_anti_affinity_across_namespaces_by_namespace_selector(
+    kube: FakeKube, core: client.CoreV1Api
+) -> None:
+    kube.add_node("a", labels={"zone": "a"})
+    kube.add_node("b", labels={"zone": "b"})
+    await core.create_namespace({"metadata": {"name": "team", "labels": {"tier": "gpu"}}})
+    await core.create_namespaced_pod(
+        "team", pod("other", labels={"app": "x"}, nodeSelector={"zone": "a"})
+    )
+    anti = {"labelSelector": {"matchLabels": {"app": "x"}}, "topologyKey": "zone"}
+    # Same namespace only (the default): the pod in "team" is not seen.
+    await core.create_namespaced_pod(
+        "default",
+        pod(
+            "local",
+            nodeSelector={"zone": "a"},
+            affinity={
+                "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [anti]}
+            },
+        ),
+    )
+    # Namespaces labelled tier=gpu: it is.
+    await core.create_namespaced_pod(
+        "default",
+        pod(
+            "selected",
+            nodeSelector={"zone": "a"},
+            affinity={
+                "podAntiAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": [
+                        {**anti, "namespaceSelector": {"matchLabels": {"tier": "gpu"}}}
+                    ]
+                }
+            },
+        ),
+    )
+    placed = await placement(core)
+    assert placed == {"local": "a", "selected": None}

@@ -100,3 +100,24 @@ async def test_lws_waits_for_terminating_names_before_recreating(graceful: FakeK
     fresh = {p["metadata"]["name"]: p for p in graceful.objects("pods")}
     assert sorted(fresh) == ["d-0", "d-0-1", "d-1", "d-1-1"]
     assert not any(p["metadata"].get("deletionTimestamp") for p in fresh.values())
+
+
+async def test_watchers_see_terminating_then_deleted(graceful: FakeKube) -> None:
+    from kubernetes_asyncio import watch
+
+    graceful.add_node("n1", gpus=8)
+    graceful.apply(pod("p", gpus=1))
+    async with graceful.api_client() as api:
+        core = client.CoreV1Api(api)
+        rv = (await core.list_namespaced_pod("default")).metadata.resource_version
+        await core.delete_namespaced_pod("p", "default")
+        seen = []
+        stream = watch.Watch()
+        async with stream:
+            async for event in stream.stream(
+                core.list_namespaced_pod, "default", resource_version=rv, timeout_seconds=1
+            ):
+                seen.append(
+                    (event["type"], event["object"].metadata.deletion_timestamp is not None)
+                )
+    assert seen == [("MODIFIED", True), ("DELETED", True)]
