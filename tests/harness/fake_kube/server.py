@@ -134,6 +134,12 @@ class FakeKube(Cluster):
         )
         return self.create(rtype, namespace, manifest)
 
+    def apply_file(self, path: Path, *, namespace: str | None = None) -> list[Obj]:
+        """Create every object of a (multi-document) YAML manifest file, in order."""
+        with path.open() as handle:
+            documents = [doc for doc in yaml.safe_load_all(handle) if doc]
+        return [self.apply(doc, namespace=namespace) for doc in documents]
+
     def add_namespace(self, name: str) -> Obj:
         return self.create(self.resource("namespaces"), None, {"metadata": {"name": name}})
 
