@@ -3,7 +3,9 @@
 The schemas are those shipped by `kubernetes-validate` (already a dev dependency, for the
 chart tests), for the Kubernetes version the fake reports at `/version`. Types and required
 fields are checked, as the API server's decoding and validation would reject them. Unknown
-fields are not: the real server drops them (with a warning) rather than refusing the object.
+fields are dropped, as the real server does by default (`fieldValidation=Warn`), or refused
+with 400 under `fieldValidation=Strict`; the strict schemas (`additionalProperties: false`)
+say which fields are known.
 """
 
 from __future__ import annotations
@@ -21,10 +23,65 @@ import referencing.jsonschema
 KUBERNETES_VERSION = "1.33.0"
 
 
-def _schema_dir() -> Any:
+def _schema_dir(*, strict: bool = False) -> Any:
+    suffix = "-strict" if strict else ""
     return resources.files("kubernetes_validate").joinpath(
-        "kubernetes-json-schema", f"v{KUBERNETES_VERSION}-local"
+        "kubernetes-json-schema", f"v{KUBERNETES_VERSION}-local{suffix}"
     )
+
+
+def _file_name(api_version: str, kind: str) -> str:
+    # rbac.authorization.k8s.io/v1 -> rbac-v1, as kubernetes-validate names its files
+    short = re.sub(r"^([^./]*)(?:\.[^/]*)?/", r"\1-", api_version)
+    return f"{kind.lower()}-{short}.json"
+
+
+@functools.cache
+def _strict_schema(api_version: str, kind: str) -> dict[str, Any] | None:
+    path = _schema_dir(strict=True).joinpath(_file_name(api_version, kind))
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+@functools.cache
+def _strict_definitions() -> dict[str, Any]:
+    text = _schema_dir(strict=True).joinpath("_definitions.json").read_text()
+    return dict(json.loads(text)["$defs"])
+
+
+def _resolve(schema: dict[str, Any]) -> dict[str, Any]:
+    while "$ref" in schema:
+        schema = _strict_definitions()[schema["$ref"].rsplit("/", 1)[-1]]
+    return schema
+
+
+def drop_unknown_fields(obj: dict[str, Any], *, api_version: str, kind: str) -> list[str]:
+    """Remove the fields the type does not define, in place; return their paths."""
+    schema = _strict_schema(api_version, kind)
+    if schema is None:
+        return []
+    dropped: list[str] = []
+    _prune(obj, schema, [], dropped)
+    return dropped
+
+
+def _prune(value: Any, schema: dict[str, Any], path: list[Any], dropped: list[str]) -> None:
+    schema = _resolve(schema)
+    if isinstance(value, dict):
+        properties = schema.get("properties")
+        additional = schema.get("additionalProperties")
+        if properties is not None:
+            for key in list(value):
+                if key in properties:
+                    _prune(value[key], properties[key], [*path, key], dropped)
+                elif additional is False:
+                    del value[key]
+                    dropped.append(field_path([*path, key]))
+        elif isinstance(additional, dict):
+            for key, item in value.items():
+                _prune(item, additional, [*path, key], dropped)
+    elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+        for index, item in enumerate(value):
+            _prune(item, schema["items"], [*path, index], dropped)
 
 
 @functools.cache
@@ -38,9 +95,7 @@ def _definitions() -> referencing.Resource[Any]:
 @functools.cache
 def validator_for(api_version: str, kind: str) -> Any | None:
     """A compiled validator for this kind, or None when no schema ships for it."""
-    # rbac.authorization.k8s.io/v1 -> rbac-v1, as kubernetes-validate names its files
-    short = re.sub(r"^([^./]*)(?:\.[^/]*)?/", r"\1-", api_version)
-    path = _schema_dir().joinpath(f"{kind.lower()}-{short}.json")
+    path = _schema_dir().joinpath(_file_name(api_version, kind))
     if not path.is_file():
         return None
     schema = json.loads(path.read_text())

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.harness.fake_kube import errors
-from tests.harness.fake_kube.builtin_schemas import schema_problems
+from tests.harness.fake_kube.builtin_schemas import drop_unknown_fields, schema_problems
 from tests.harness.fake_kube.crd import CustomResource, leaderworkerset_crd, load_crd
 from tests.harness.fake_kube.errors import ApiError, Fault
 from tests.harness.fake_kube.event_views import VIEW_KEY, core_to_events, events_to_core
@@ -98,6 +98,10 @@ class Cluster:
         self._controllers: list[Callable[[Cluster], None]] = []
         self.scheduling_dirty = True
         self.faults: list[Fault] = []
+        # Per request, set by the HTTP layer: the fieldValidation directive and the warnings
+        # to send back in Warning headers.
+        self.field_validation = "Warn"
+        self.warnings: list[str] = []
         self.store.add_listener(self._note_scheduling_input)
         self.add_custom_resource(leaderworkerset_crd())
         for path in crd_files:
@@ -713,21 +717,35 @@ class Cluster:
         if problems:
             raise errors.invalid(rtype.kind, obj["metadata"]["name"], problems, group=rtype.group)
         crd = self.custom.get(rtype.key)
+        unknown: list[str] = []
         if crd is not None:
             admitted, problems = crd.admit(
-                {**obj, "apiVersion": rtype.api_version, "kind": rtype.kind}
+                {**obj, "apiVersion": rtype.api_version, "kind": rtype.kind}, pruned=unknown
             )
+            self._report_unknown_fields(unknown)
             if problems:
                 raise errors.invalid(
                     rtype.kind, obj["metadata"]["name"], problems, group=rtype.group
                 )
             return _without(admitted, "apiVersion", "kind")
+        unknown = drop_unknown_fields(obj, api_version=rtype.api_version, kind=rtype.kind)
+        self._report_unknown_fields(unknown)
         decoding, invalid = schema_problems(obj, api_version=rtype.api_version, kind=rtype.kind)
         if decoding:
             raise errors.bad_request("; ".join(decoding))
         if invalid:
             raise errors.invalid(rtype.kind, obj["metadata"]["name"], invalid, group=rtype.group)
         return admit_builtin(self, rtype, obj, old=old)
+
+    def _report_unknown_fields(self, paths: list[str]) -> None:
+        """Unknown fields are dropped; `fieldValidation` says whether to warn or refuse."""
+        if not paths or self.field_validation == "Ignore":
+            return
+        if self.field_validation == "Strict":
+            raise errors.bad_request(
+                "strict decoding error: " + ", ".join(f'unknown field "{path}"' for path in paths)
+            )
+        self.warnings.extend(f'unknown field "{path}"' for path in paths)
 
     def _orphan_dependents(self, owner_uid: str) -> None:
         for resource_key, obj in self.store.all_items():

@@ -36,10 +36,15 @@ class CustomResource:
     schema: dict[str, Any]
     validator: Any  # a jsonschema validator instance, compiled once
 
-    def admit(self, obj: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[str, str]]]:
-        """Prune, default and validate; return the admitted object and (field, problem) pairs."""
+    def admit(
+        self, obj: dict[str, Any], *, pruned: list[str] | None = None
+    ) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+        """Prune, default and validate; return the admitted object and (field, problem) pairs.
+
+        The paths of pruned (unknown) fields are appended to `pruned` when given.
+        """
         admitted = copy.deepcopy(obj)
-        _prune(admitted, self.schema, root=True)
+        _prune(admitted, self.schema, [], pruned if pruned is not None else [])
         _apply_defaults(admitted, self.schema)
         problems: list[tuple[str, str]] = []
         for error in sorted(self.validator.iter_errors(admitted), key=lambda e: str(list(e.path))):
@@ -47,7 +52,7 @@ class CustomResource:
         return admitted, problems
 
 
-def _prune(obj: Any, schema: dict[str, Any], *, root: bool = False) -> None:
+def _prune(obj: Any, schema: dict[str, Any], path: list[Any], pruned: list[str]) -> None:
     if isinstance(obj, dict):
         if schema.get("x-kubernetes-preserve-unknown-fields"):
             return
@@ -55,18 +60,19 @@ def _prune(obj: Any, schema: dict[str, Any], *, root: bool = False) -> None:
         additional = schema.get("additionalProperties")
         if properties is not None:
             for key in list(obj):
-                if root and key in _ROOT_KEPT:
+                if not path and key in _ROOT_KEPT:
                     continue
                 if key not in properties:
                     del obj[key]
+                    pruned.append(field_path([*path, key]))
                 else:
-                    _prune(obj[key], properties[key])
+                    _prune(obj[key], properties[key], [*path, key], pruned)
         elif isinstance(additional, dict):
-            for value in obj.values():
-                _prune(value, additional)
+            for key, value in obj.items():
+                _prune(value, additional, [*path, key], pruned)
     elif isinstance(obj, list) and isinstance(schema.get("items"), dict):
-        for item in obj:
-            _prune(item, schema["items"])
+        for index, item in enumerate(obj):
+            _prune(item, schema["items"], [*path, index], pruned)
 
 
 def _apply_defaults(obj: Any, schema: dict[str, Any]) -> None:

@@ -43,6 +43,12 @@ def _json(body: Any, *, status: int = 200) -> web.Response:
     return web.Response(text=json.dumps(body), status=status, content_type="application/json")
 
 
+def _required(body: Any) -> Any:
+    if body is None:
+        raise errors.bad_request("the request has no body")
+    return body
+
+
 def _error(err: ApiError) -> web.Response:
     return _json(err.status(), status=err.code)
 
@@ -240,6 +246,32 @@ class KubeHttpApi:
         return request.headers.get("Content-Type", "").split(";")[0].strip().lower()
 
     async def _serve(self, request: web.Request, target: Target) -> web.StreamResponse:
+        params = request.query
+        if (
+            request.method == "GET"
+            and target.name is None
+            and params.get("watch", "").lower() in _TRUE
+        ):
+            return await self._watch(request, target)
+        directive = params.get("fieldValidation", "Warn")
+        if directive not in ("Ignore", "Warn", "Strict"):
+            raise errors.bad_request(
+                f"fieldValidation must be Ignore, Warn or Strict, not {directive!r}"
+            )
+        body = await self._body(request, required=False)
+        # Nothing awaits from here on, so the directive and the warnings are this request's.
+        self.cluster.field_validation = directive
+        self.cluster.warnings = []
+        try:
+            response = self._serve_now(request, target, body)
+        finally:
+            self.cluster.field_validation = "Warn"
+        for warning in dict.fromkeys(self.cluster.warnings):
+            escaped = warning.replace("\\", "\\\\").replace('"', '\\"')
+            response.headers.add("Warning", f'299 - "{escaped}"')
+        return response
+
+    def _serve_now(self, request: web.Request, target: Target, body: Any) -> web.Response:
         cluster = self.cluster
         method = request.method
         params = request.query
@@ -260,14 +292,12 @@ class KubeHttpApi:
             )
         if name is None:
             if method == "GET":
-                if params.get("watch", "").lower() in _TRUE:
-                    return await self._watch(request, target)
                 return _json(self._list(target, params))
             if method == "POST":
-                created = cluster.create(rtype, ns, await self._body(request))
+                created = cluster.create(rtype, ns, _required(body))
                 return _json(created, status=201)
             if method == "DELETE":
-                options = await self._body(request, required=False)
+                options = body
                 deleted = cluster.delete_collection(
                     rtype,
                     ns,
@@ -281,14 +311,14 @@ class KubeHttpApi:
             if method == "GET":
                 return _json(cluster.get_scale(rtype, ns, name))
             if method == "PUT":
-                return _json(cluster.replace_scale(rtype, ns, name, await self._body(request)))
+                return _json(cluster.replace_scale(rtype, ns, name, _required(body)))
             if method == "PATCH":
                 return _json(
                     cluster.patch_scale(
                         rtype,
                         ns,
                         name,
-                        await self._body(request),
+                        _required(body),
                         content_type=self._content_type(request),
                     )
                 )
@@ -296,22 +326,20 @@ class KubeHttpApi:
         if method == "GET":
             return _json(cluster.get(rtype, ns, name))
         if method == "PUT":
-            return _json(
-                cluster.replace(rtype, ns, name, await self._body(request), subresource=sub)
-            )
+            return _json(cluster.replace(rtype, ns, name, _required(body), subresource=sub))
         if method == "PATCH":
             return _json(
                 cluster.patch(
                     rtype,
                     ns,
                     name,
-                    await self._body(request),
+                    _required(body),
                     content_type=self._content_type(request),
                     subresource=sub,
                 )
             )
         if method == "DELETE" and sub is None:
-            options = await self._body(request, required=False) or {}
+            options = body or {}
             if "propagationPolicy" in params:
                 options["propagationPolicy"] = params["propagationPolicy"]
             if "gracePeriodSeconds" in params:

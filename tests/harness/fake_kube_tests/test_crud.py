@@ -372,3 +372,37 @@ async def test_strategic_merge_patch_merge_keys_and_delete_directive(
         _content_type="application/strategic-merge-patch+json",
     )
     assert [t.key for t in patched_node.spec.taints] == ["b", "c"]
+
+
+async def test_unknown_fields_are_dropped_with_a_warning_or_refused_when_strict(
+    api: client.ApiClient,
+) -> None:
+    core = client.CoreV1Api(api)
+    typo = {
+        "metadata": {"name": "p"},
+        "spec": {"containers": [{"name": "c", "image": "i"}], "nodeSelecter": {"pool": "gpu"}},
+    }
+    created, _, headers = await core.create_namespaced_pod_with_http_info("default", typo)
+    assert created.spec.node_selector is None
+    # RFC 7234 warn-text with its quotes escaped, as kube-apiserver sends it.
+    assert headers.getall("Warning") == ['299 - "unknown field \\"spec.nodeSelecter\\""']
+    typo["metadata"]["name"] = "q"
+    with pytest.raises(ApiException) as caught:
+        await core.create_namespaced_pod("default", typo, field_validation="Strict")
+    assert caught.value.status == 400
+    assert 'unknown field "spec.nodeSelecter"' in json.loads(caught.value.body)["message"]
+
+
+async def test_unknown_fields_of_a_custom_resource_are_pruned_with_a_warning(
+    api: client.ApiClient,
+) -> None:
+    from tests.harness.fake_kube_tests.conftest import GROUP, PLURAL, VERSION, lws_manifest
+
+    custom = client.CustomObjectsApi(api)
+    manifest = lws_manifest("d", gpus=0)
+    manifest["spec"]["replica"] = 3  # a typo of replicas
+    created, _, headers = await custom.create_namespaced_custom_object_with_http_info(
+        GROUP, VERSION, "default", PLURAL, manifest
+    )
+    assert "replica" not in created["spec"] and created["spec"]["replicas"] == 1
+    assert any("spec.replica" in warning for warning in headers.getall("Warning"))
