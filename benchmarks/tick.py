@@ -174,6 +174,16 @@ async def measure(info: dict[str, Any], *, ticks: int, warmup: int) -> dict[str,
             record = await service.loop.tick()
             records.append(record)
             await asyncio.sleep(0.5)  # let watch events and fits land between ticks
+        if os.environ.get("BENCH_PROFILE"):
+            import cProfile
+            import pstats
+
+            profiler = cProfile.Profile()
+            profiler.enable()
+            await service.loop.tick()
+            profiler.disable()
+            stats = pstats.Stats(profiler, stream=sys.stderr).sort_stats("cumulative")
+            stats.print_stats(45)
         measured = records[warmup:]
         last = measured[-1]
         assert last.plan is not None, last.outcome

@@ -260,7 +260,9 @@ class ControlLoop:
 
         # observe: a fixed set of Prometheus queries for every component at once
         parts["phase"] = "observe"
-        kinds = {key: policy.component for key, policy in state.policies.items()}
+        # `KubeState.policies` builds a new dict on every access: read it once per tick.
+        policies = state.policies
+        kinds = {key: policy.component for key, policy in policies.items()}
         targets = [
             ComponentTarget(
                 key=key,
@@ -287,7 +289,7 @@ class ControlLoop:
             key = target.key
             try:
                 self._forecasts.record(key, now_s=now_s, demand=signals[key].demand)
-                found = self._forecasts.forecast(key, horizon_s=state.policies[key].lead_time_s)
+                found = self._forecasts.forecast(key, horizon_s=policies[key].lead_time_s)
             except Exception as err:  # one forecaster's failure leaves one component without
                 self._metrics.count_error("forecast")
                 errors.append(f"forecast {key}: {err!r}")
@@ -308,7 +310,7 @@ class ControlLoop:
         self.memory = seed_memory(self.memory, observations, now_s=now_s)
         gang_plan, self.memory = plan_isolated(
             observations,
-            state.policies,
+            policies,
             forecasts,
             self.memory,
             now_s=now_s,
