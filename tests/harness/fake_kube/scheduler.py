@@ -13,7 +13,8 @@ Preemption follows the default PostFilter: on each node that passes every filter
 resources, remove all lower-priority pods, then reprieve them from the highest priority down
 while the preemptor still fits; pick the node whose victims have the lowest highest priority,
 then the lowest priority sum, then the fewest victims; delete the victims and bind.
-Not emulated: preferred (soft) terms, topology spread constraints, PodDisruptionBudgets,
+Topology spread constraints with `whenUnsatisfiable: DoNotSchedule` are a filter too.
+Not emulated: preferred (soft) terms, ScheduleAnyway spreading, PodDisruptionBudgets,
 nominated-node reservations, volumes and ports.
 """
 
@@ -296,6 +297,55 @@ class Snapshot:
 
         return check
 
+    def spread_checker(self, pod: Obj) -> Callable[[NodeState], str | None]:
+        """PodTopologySpread with `whenUnsatisfiable: DoNotSchedule` (the filter part).
+
+        Domains are the topology values of the nodes that match the pod's node selector and
+        required node affinity (`nodeAffinityPolicy: Honor`, the default); `minDomains`,
+        `matchLabelKeys` and `nodeTaintsPolicy` are not emulated.
+        """
+        constraints = [
+            c
+            for c in (pod.get("spec") or {}).get("topologySpreadConstraints") or []
+            if c.get("whenUnsatisfiable", "DoNotSchedule") == "DoNotSchedule"
+        ]
+        if not constraints:
+            return lambda node: None
+        eligible = [n for n in self.nodes.values() if _node_affinity_matches(pod, n.node)]
+        namespace = pod["metadata"].get("namespace")
+        rules: list[tuple[str, int, dict[str, int], int]] = []
+        for constraint in constraints:
+            key = constraint["topologyKey"]
+            selector = constraint.get("labelSelector")
+            counts: dict[str, int] = {}
+            for node in eligible:
+                if key not in node.labels:
+                    continue
+                counts.setdefault(node.labels[key], 0)
+                counts[node.labels[key]] += sum(
+                    1
+                    for p in node.pods
+                    if p["metadata"].get("namespace") == namespace
+                    and not p["metadata"].get("deletionTimestamp")
+                    and label_selector_object_matches(selector, p["metadata"].get("labels"))
+                )
+            self_match = int(label_selector_object_matches(selector, pod["metadata"].get("labels")))
+            rules.append((key, int(constraint.get("maxSkew", 1)), counts, self_match))
+
+        def check(node: NodeState) -> str | None:
+            for key, max_skew, counts, self_match in rules:
+                if key not in node.labels:
+                    return (
+                        "node(s) didn't match pod topology spread constraints "
+                        "(missing required label)"
+                    )
+                lowest = min(counts.values()) if counts else 0
+                if counts.get(node.labels[key], 0) + self_match - lowest > max_skew:
+                    return "node(s) didn't match pod topology spread constraints"
+            return None
+
+        return check
+
     def affinity_problem(
         self, pod: Obj, node: NodeState, *, excluding: Iterable[Obj] = ()
     ) -> str | None:
@@ -375,13 +425,18 @@ def _schedule_one(cluster: Cluster, pod: Obj, snapshot: Snapshot) -> bool:
     reasons: Counter[str] = Counter()
     feasible: list[NodeState] = []
     affinity = snapshot.affinity_checker(pod)
+    spread = snapshot.spread_checker(pod)
     for node in snapshot.nodes.values():
-        problem = snapshot.static_problem(pod, node) or affinity(node)
+        # In the default plugin order, so each node reports its first failure as the real
+        # scheduler does: taints and node affinity, resources, spread, inter-pod affinity.
+        problem = snapshot.static_problem(pod, node)
         if problem is None:
             short = _insufficient(requests, node.free())
             if short:
                 reasons.update(f"Insufficient {r}" for r in short)
                 continue
+            problem = spread(node) or affinity(node)
+        if problem is None:
             feasible.append(node)
         else:
             reasons[problem] += 1
@@ -462,8 +517,9 @@ def _pick_preemption(
     """The node and victims to preempt, or None with the per-node reasons counted."""
     priority = pod_priority(pod)
     candidates: list[tuple[tuple[int, int, int, str], NodeState, list[Obj]]] = []
+    spread = snapshot.spread_checker(pod)
     for node in snapshot.nodes.values():
-        if snapshot.static_problem(pod, node) is not None:
+        if snapshot.static_problem(pod, node) is not None or spread(node) is not None:
             reasons[_NOT_HELPFUL] += 1
             continue
         # Pods already terminating will free their resources anyway: never victims again.

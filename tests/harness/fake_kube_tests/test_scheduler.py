@@ -449,3 +449,52 @@ async def test_anti_affinity_across_namespaces_by_namespace_selector(
     )
     placed = await placement(core)
     assert placed == {"local": "a", "selected": None}
+
+
+async def test_topology_spread_do_not_schedule_limits_the_skew(
+    kube: FakeKube, core: client.CoreV1Api
+) -> None:
+    kube.add_node("a-0", cpu="8", labels={"zone": "a"})
+    kube.add_node("b-0", cpu="1", labels={"zone": "b"})
+    kube.add_node("no-zone", cpu="8")
+    await core.create_namespaced_pod("default", pod("filler", cpu="1", nodeName="b-0"))
+    spread = {
+        "maxSkew": 1,
+        "topologyKey": "zone",
+        "whenUnsatisfiable": "DoNotSchedule",
+        "labelSelector": {"matchLabels": {"app": "web"}},
+    }
+    for index in range(2):
+        await core.create_namespaced_pod(
+            "default",
+            pod(f"web-{index}", labels={"app": "web"}, topologySpreadConstraints=[spread]),
+        )
+    placed = await placement(core)
+    # Zone b is full, so a second pod in zone a would make the skew 2: it stays Pending,
+    # and the node without a zone label is never a candidate.
+    assert (placed["web-0"], placed["web-1"]) == ("a-0", None)
+    message = next(
+        c.message
+        for c in (await core.read_namespaced_pod("web-1", "default")).status.conditions
+        if c.type == "PodScheduled"
+    )
+    assert message.startswith(
+        "0/3 nodes are available: 1 Insufficient cpu, 1 node(s) didn't match pod topology "
+        "spread constraints, 1 node(s) didn't match pod topology spread constraints (missing "
+        "required label)."
+    )
+    # nodeAffinityPolicy Honor: pods that select zone a only count zone a as a domain.
+    for index in range(2):
+        await core.create_namespaced_pod(
+            "default",
+            pod(
+                f"pinned-{index}",
+                labels={"app": "pinned"},
+                nodeSelector={"zone": "a"},
+                topologySpreadConstraints=[
+                    {**spread, "labelSelector": {"matchLabels": {"app": "pinned"}}}
+                ],
+            ),
+        )
+    placed = await placement(core)
+    assert (placed["pinned-0"], placed["pinned-1"]) == ("a-0", "a-0")
