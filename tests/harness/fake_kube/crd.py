@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,8 +49,43 @@ class CustomResource:
         _apply_defaults(admitted, self.schema)
         problems: list[tuple[str, str]] = []
         for error in sorted(self.validator.iter_errors(admitted), key=lambda e: str(list(e.path))):
-            problems.append((field_path(error.absolute_path), f"Invalid value: {error.message}"))
+            problems.append(_problem(error))
         return admitted, problems
+
+
+def _go_value(value: Any) -> str:
+    return f'"{value}"' if isinstance(value, str) else json.dumps(value)
+
+
+def _problem(error: Any) -> tuple[str, str]:
+    """A jsonschema error in the apiserver's words (k8s.io/kube-openapi validate errors)."""
+    field = field_path(error.absolute_path)
+    value, bound = error.instance, error.validator_value
+    if error.validator == "required":
+        missing = error.message.split("'")[1] if "'" in error.message else ""
+        return (f"{field}.{missing}" if field != "<root>" else missing, "Required value")
+    if error.validator == "minimum":
+        return (
+            field,
+            f"Invalid value: {_go_value(value)}: {field} in body should be greater "
+            f"than or equal to {bound}",
+        )
+    if error.validator == "maximum":
+        return (
+            field,
+            f"Invalid value: {_go_value(value)}: {field} in body should be less "
+            f"than or equal to {bound}",
+        )
+    if error.validator == "enum":
+        supported = ", ".join(_go_value(v) for v in bound)
+        return (field, f"Unsupported value: {_go_value(value)}: supported values: {supported}")
+    if error.validator == "type":
+        kind = type(value).__name__.replace("str", "string").replace("dict", "object")
+        return (
+            field,
+            f'Invalid value: "{kind}": {field} in body must be of type {bound}: "{kind}"',
+        )
+    return (field, f"Invalid value: {_go_value(value)}: {error.message}")
 
 
 def _prune(obj: Any, schema: dict[str, Any], path: list[Any], pruned: list[str]) -> None:

@@ -409,3 +409,16 @@ async def test_a_rollout_with_immediate_readiness_completes(kube: FakeKube) -> N
     assert {p["metadata"]["labels"]["role"] for p in pods} == {"w2"}
     status = kube.object("lws", "default", "d")["status"]
     assert (status["updatedReplicas"], status["readyReplicas"]) == (4, 4)
+
+
+async def test_invalid_lws_message_reads_like_the_apiserver(
+    custom: client.CustomObjectsApi,
+) -> None:
+    manifest = lws_manifest("bad")
+    manifest["spec"]["replicas"] = -1
+    with pytest.raises(ApiException) as caught:
+        await create_lws(custom, manifest)
+    assert json.loads(caught.value.body)["message"] == (
+        'LeaderWorkerSet.leaderworkerset.x-k8s.io "bad" is invalid: spec.replicas: Invalid '
+        "value: -1: spec.replicas in body should be greater than or equal to 0"
+    )
