@@ -173,7 +173,3 @@ def compare(
         results[controller.name] = simulate(workload, controller, settings, progress=progress)
     metrics = {name: measure(result) for name, result in results.items()}
     return Comparison(trace=trace, scale=scale, workload=workload, results=results, metrics=metrics)
-
-
-def per_request_ttft(result: RunResult) -> tuple[np.ndarray, np.ndarray]:
-    return result.ttft_s, result.workload.requests
