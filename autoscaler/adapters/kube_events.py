@@ -138,7 +138,14 @@ class EventRecorder:
         except ApiException as err:
             if err.status != 409:
                 raise
-        existing = await self._core.read_namespaced_event(event_name, ref.namespace)
+        # It exists already (another instance, or before a restart). Read its count through
+        # a PATCH rather than a GET: the chart grants events create and patch only.
+        existing = await self._core.patch_namespaced_event(
+            event_name,
+            ref.namespace,
+            {"lastTimestamp": now},
+            _content_type="application/merge-patch+json",
+        )
         return False, int(existing.count or 1)
 
     async def _bump(self, namespace: str, event_name: str, count: int, now: str) -> None:
