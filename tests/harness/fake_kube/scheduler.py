@@ -21,6 +21,7 @@ nominated-node reservations, volumes and ports.
 from __future__ import annotations
 
 import copy
+import hashlib
 import itertools
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -643,6 +644,7 @@ def _bind(cluster: Cluster, pod: Obj, node_name: str) -> Obj:
             "podIP": f"10.244.{index // 250}.{index % 250 + 1}",
             "startTime": now,
             "conditions": [
+                {"type": "PodReadyToStartContainers", "status": "True", "lastTransitionTime": now},
                 {"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
                 {"type": "Initialized", "status": "True", "lastTransitionTime": now},
                 {
@@ -662,7 +664,9 @@ def _bind(cluster: Cluster, pod: Obj, node_name: str) -> Obj:
                 {
                     "name": c["name"],
                     "image": c.get("image", ""),
-                    "imageID": "",
+                    "imageID": f"{c.get('image', '')}@sha256:{'0' * 64}",
+                    "containerID": "containerd://"
+                    + hashlib.sha256(f"{pod['metadata']['uid']}/{c['name']}".encode()).hexdigest(),
                     "ready": False,
                     "started": True,
                     "restartCount": 0,

@@ -79,6 +79,7 @@ async def test_bound_pod_looks_like_a_running_ready_pod(
     assert bound.spec.node_name == "n1"
     assert bound.status.phase == "Running"
     assert {c.type: c.status for c in bound.status.conditions} == {
+        "PodReadyToStartContainers": "True",
         "PodScheduled": "True",
         "Initialized": "True",
         "ContainersReady": "True",
