@@ -9,7 +9,6 @@ in which case a test drives them with `reconcile()`.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import copy
 import datetime as dt
 import random
@@ -19,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tests.harness.fake_kube import errors
+from tests.harness.fake_kube import errors, kubelet
 from tests.harness.fake_kube.builtin_schemas import drop_unknown_fields, schema_problems
 from tests.harness.fake_kube.crd import CustomResource, leaderworkerset_crd, load_crd
 from tests.harness.fake_kube.errors import ApiError, Fault
@@ -343,9 +342,9 @@ class Cluster:
         if options.get("propagationPolicy") == "Orphan" or options.get("orphanDependents"):
             self._orphan_dependents(uid)
         if rtype.key == "/pods":
-            grace = self._pod_grace_seconds(current, options)
+            grace = kubelet.pod_grace_seconds(self, current, options)
             if grace > 0:
-                terminating = self._start_termination(current, grace)
+                terminating = kubelet.start_termination(self, current, grace)
                 if reconcile:
                     self.after_write()
                 return self.present(rtype, terminating)
@@ -356,50 +355,6 @@ class Cluster:
         if reconcile:
             self.after_write()
         return self.present(rtype, final)
-
-    def _pod_grace_seconds(self, pod: Obj, options: dict[str, Any]) -> int:
-        """The grace period of this pod deletion; 0 means the pod goes at once."""
-        if self.pod_termination_scale is None or not pod["spec"].get("nodeName"):
-            return 0  # an unbound pod has no kubelet to wait for
-        grace = options.get("gracePeriodSeconds")
-        if grace is None:
-            grace = pod["spec"].get("terminationGracePeriodSeconds", 30)
-        existing = pod["metadata"].get("deletionGracePeriodSeconds")
-        if existing is not None and grace >= existing:
-            grace = existing  # a second delete may shorten the grace period, never extend it
-        return max(int(grace), 0)
-
-    def _start_termination(self, pod: Obj, grace: int) -> Obj:
-        meta = pod["metadata"]
-        if meta.get("deletionGracePeriodSeconds") == grace:
-            return pod  # already terminating with this grace period
-        terminating = copy.deepcopy(pod)
-        terminating["metadata"]["deletionTimestamp"] = rfc3339(
-            self.clock() + dt.timedelta(seconds=grace)
-        )
-        terminating["metadata"]["deletionGracePeriodSeconds"] = grace
-        stored = self.store.write("/pods", terminating, change_type="MODIFIED")
-        uid = meta["uid"]
-        grace_s = grace * (self.pod_termination_scale or 0.0)
-
-        def finish() -> None:
-            current = self.store.get("/pods", meta["namespace"], meta["name"])
-            if current is not None and current["metadata"]["uid"] == uid:
-                self.store.delete("/pods", meta["namespace"], meta["name"])
-                self.after_write()
-
-        try:
-            self.schedule_later(grace_s, finish)
-        except RuntimeError:
-            self.store.delete("/pods", meta["namespace"], meta["name"])  # no loop to wait on
-        return stored
-
-    def finish_terminating(self) -> None:
-        """Test hook: every terminating pod's kubelet confirms now; the pods disappear."""
-        for pod in self.store.items("/pods"):
-            if pod["metadata"].get("deletionTimestamp"):
-                self.store.delete("/pods", pod["metadata"]["namespace"], pod["metadata"]["name"])
-        self.after_write()
 
     def delete_collection(
         self,
@@ -579,62 +534,24 @@ class Cluster:
     def now_text(self) -> str:
         return rfc3339(self.clock())
 
+    # -- kubelet hooks (see kubelet.py) ------------------------------------------------
+
     def on_pod_bound(self, pod: Obj) -> None:
-        """Start the pod's readiness clock after the scheduler bound it."""
-        meta = pod["metadata"]
-        if self.pod_ready_delay_s == 0:
-            self.set_pod_ready(meta["namespace"], meta["name"], reconcile=False)
-        elif self.pod_ready_delay_s is not None:
-            uid = meta["uid"]
-
-            def turn_ready() -> None:
-                current = self.store.get("/pods", meta["namespace"], meta["name"])
-                if current is not None and current["metadata"]["uid"] == uid:
-                    self.set_pod_ready(meta["namespace"], meta["name"])
-
-            # Without a running event loop the pod stays unready until set_pod_ready().
-            with contextlib.suppress(RuntimeError):
-                self.schedule_later(self.pod_ready_delay_s, turn_ready)
-
-    def restart_container(self, namespace: str, name: str) -> Obj:
-        """Test hook: a container of this running pod crashed and the kubelet restarted it."""
-        pods = self.rtype("", "pods")
-        pod = self.get(pods, namespace, name)
-        statuses = pod.get("status", {}).get("containerStatuses") or []
-        if not statuses:
-            raise ValueError(f"pod {namespace}/{name} has no running containers to restart")
-        statuses[0]["restartCount"] = int(statuses[0].get("restartCount") or 0) + 1
-        statuses[0]["lastState"] = {
-            "terminated": {"exitCode": 1, "reason": "Error", "finishedAt": self.now_text()}
-        }
-        result = self.write_internal(pods, pod)
-        self.after_write()
-        return result
+        kubelet.on_pod_bound(self, pod)
 
     def set_pod_ready(
         self, namespace: str, name: str, *, ready: bool = True, reconcile: bool = True
     ) -> Obj:
         """Test hook: mark a bound pod's containers (un)ready, as the kubelet would."""
-        pods = self.rtype("", "pods")
-        pod = self.get(pods, namespace, name)
-        if not pod["spec"].get("nodeName"):
-            raise ValueError(f"pod {namespace}/{name} is not bound to a node; it cannot be ready")
-        flag = "True" if ready else "False"
-        now = self.now_text()
-        conditions = []
-        for condition in pod["status"].get("conditions") or []:
-            if condition["type"] in ("Ready", "ContainersReady") and condition["status"] != flag:
-                condition = {"type": condition["type"], "status": flag, "lastTransitionTime": now}
-                if not ready:
-                    condition["reason"] = "ContainersNotReady"
-            conditions.append(condition)
-        pod["status"]["conditions"] = conditions
-        for container_status in pod["status"].get("containerStatuses") or []:
-            container_status["ready"] = ready
-        result = self.write_internal(pods, pod)
-        if reconcile:
-            self.after_write()
-        return result
+        return kubelet.set_pod_ready(self, namespace, name, ready=ready, reconcile=reconcile)
+
+    def restart_container(self, namespace: str, name: str) -> Obj:
+        """Test hook: a container of this running pod crashed and the kubelet restarted it."""
+        return kubelet.restart_container(self, namespace, name)
+
+    def finish_terminating(self) -> None:
+        """Test hook: every terminating pod's kubelet confirms now; the pods disappear."""
+        kubelet.finish_terminating(self)
 
     # -- internals -----------------------------------------------------------------------
 
