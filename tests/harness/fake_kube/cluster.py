@@ -18,14 +18,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tests.harness.fake_kube import errors, kubelet
+from tests.harness.fake_kube import errors, kubelet, scale_subresource
 from tests.harness.fake_kube.builtin_schemas import drop_unknown_fields, schema_problems
 from tests.harness.fake_kube.crd import CustomResource, leaderworkerset_crd, load_crd
 from tests.harness.fake_kube.errors import ApiError, Fault
 from tests.harness.fake_kube.event_views import VIEW_KEY, core_to_events, events_to_core
 from tests.harness.fake_kube.patching import (
-    MERGE_PATCH,
-    STRATEGIC_MERGE_PATCH,
     apply_patch,
 )
 from tests.harness.fake_kube.resources import BUILTIN_TYPES, Registry, ResourceType
@@ -45,20 +43,6 @@ DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease"
 
 def rfc3339(moment: dt.datetime) -> str:
     return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _get_path(obj: Any, path: tuple[str, ...]) -> Any:
-    for key in path:
-        if not isinstance(obj, dict):
-            return None
-        obj = obj.get(key)
-    return obj
-
-
-def _set_path(obj: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
-    for key in path[:-1]:
-        obj = obj.setdefault(key, {})
-    obj[path[-1]] = value
 
 
 def _without(obj: Obj, *keys: str) -> Obj:
@@ -380,60 +364,15 @@ class Cluster:
         self.after_write()
         return deleted
 
-    # -- /scale --------------------------------------------------------------------------
+    # -- /scale (see scale_subresource.py) ----------------------------------------------
 
     def get_scale(self, rtype: ResourceType, namespace: str | None, name: str) -> Obj:
-        if rtype.scale is None:
-            raise errors.not_found(f"{rtype.plural}/scale", name, group=rtype.group)
-        obj = self.get(rtype, namespace, name)
-        meta = obj["metadata"]
-        status: dict[str, Any] = {"replicas": _get_path(obj, rtype.scale.status_replicas) or 0}
-        if rtype.scale.label_selector is not None:
-            selector = _get_path(obj, rtype.scale.label_selector)
-            if selector:
-                status["selector"] = selector
-        return {
-            "kind": "Scale",
-            "apiVersion": "autoscaling/v1",
-            "metadata": {
-                key: meta[key]
-                for key in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
-                if key in meta
-            },
-            "spec": {"replicas": _get_path(obj, rtype.scale.spec_replicas) or 0},
-            "status": status,
-        }
+        return scale_subresource.get_scale(self, rtype, namespace, name)
 
     def replace_scale(
         self, rtype: ResourceType, namespace: str | None, name: str, body: Any
     ) -> Obj:
-        if rtype.scale is None:
-            raise errors.not_found(f"{rtype.plural}/scale", name, group=rtype.group)
-        if not isinstance(body, dict):
-            raise errors.bad_request("the body of a scale update must be a Scale object")
-        current = self.get(rtype, namespace, name)
-        sent_rv = (body.get("metadata") or {}).get("resourceVersion")
-        if sent_rv and str(sent_rv) != current["metadata"]["resourceVersion"]:
-            raise errors.conflict(rtype.plural, name, group=rtype.group)
-        replicas = (body.get("spec") or {}).get("replicas", 0)
-        if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
-            raise errors.invalid(
-                "Scale",
-                name,
-                [
-                    (
-                        "spec.replicas",
-                        f"Invalid value: {replicas!r}: must be greater than or equal to 0",
-                    )
-                ],
-                group="autoscaling",
-            )
-        _set_path(current, rtype.scale.spec_replicas, replicas)
-        self.replace(rtype, namespace, name, current, reconcile=False)
-        # The answer shows the status as the write left it: controllers react afterwards.
-        scale = self.get_scale(rtype, namespace, name)
-        self.after_write()
-        return scale
+        return scale_subresource.replace_scale(self, rtype, namespace, name, body)
 
     def patch_scale(
         self,
@@ -444,13 +383,9 @@ class Cluster:
         *,
         content_type: str,
     ) -> Obj:
-        scale = self.get_scale(rtype, namespace, name)
-        # The Scale kind is built in, so strategic merge patch is accepted on /scale even
-        # for a custom resource.
-        if content_type == STRATEGIC_MERGE_PATCH:
-            content_type = MERGE_PATCH
-        patched = apply_patch(scale, body, content_type=content_type, custom=False)
-        return self.replace_scale(rtype, namespace, name, patched)
+        return scale_subresource.patch_scale(
+            self, rtype, namespace, name, body, content_type=content_type
+        )
 
     # -- hooks for the controllers -------------------------------------------------------
 
