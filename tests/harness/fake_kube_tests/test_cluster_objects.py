@@ -69,8 +69,14 @@ async def test_leader_election_library_elects_one_leader_and_fails_over(
     await asyncio.sleep(2)
     assert leading == ["a"]
     first.cancel()  # the leader dies without releasing; "b" must wait out the lease
-    await asyncio.sleep(3.5)
+    loop = asyncio.get_running_loop()
+    died = loop.time()
+    while leading != ["a", "b"] and loop.time() - died < 15:
+        await asyncio.sleep(0.1)
+    took_over_s = loop.time() - died
     assert leading == ["a", "b"]
+    # Not before the 2 s lease ran out since b last saw it renewed (at most 1 s before).
+    assert took_over_s >= 0.9, took_over_s
     second.cancel()
     for api in clients:
         await api.close()
