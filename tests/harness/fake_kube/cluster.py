@@ -57,6 +57,7 @@ class Cluster:
         *,
         history_limit: int = 1000,
         auto_reconcile: bool = True,
+        controller_delay_s: float | None = None,
         pod_ready_delay_s: float | None = 0.0,
         pod_termination_scale: float | None = None,
         namespaces: tuple[str, ...] = DEFAULT_NAMESPACES,
@@ -67,6 +68,10 @@ class Cluster:
         self.store = Store(history_limit=history_limit)
         self.custom: dict[str, CustomResource] = {}
         self.auto_reconcile = auto_reconcile
+        # None: controllers react inside the request that made the change. A number: they
+        # react that many seconds later on the event loop, as real controllers lag behind.
+        self.controller_delay_s = controller_delay_s
+        self._reconcile_pending = False
         # 0: pods turn Ready when bound; > 0: that many seconds later (on the event loop);
         # None: only when a test calls set_pod_ready().
         self.pod_ready_delay_s = pod_ready_delay_s
@@ -390,8 +395,24 @@ class Cluster:
     # -- hooks for the controllers -------------------------------------------------------
 
     def after_write(self) -> None:
-        if self.auto_reconcile:
+        if not self.auto_reconcile:
+            return
+        if self.controller_delay_s is None:
             self.reconcile()
+            return
+        if self._reconcile_pending:
+            return  # one pass later covers every write until then, as a work queue does
+        self._reconcile_pending = True
+
+        def later() -> None:
+            self._reconcile_pending = False
+            self.reconcile()
+
+        try:
+            self.schedule_later(self.controller_delay_s, later)
+        except RuntimeError:
+            self._reconcile_pending = False
+            self.reconcile()  # no running event loop to defer to
 
     def reconcile(self) -> None:
         """Run GC, the LWS controller and the scheduler until the cluster stops changing."""

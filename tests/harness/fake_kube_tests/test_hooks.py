@@ -179,3 +179,15 @@ async def test_injected_faults_answer_matching_requests_then_stop(
     assert scale["spec"]["replicas"] == 2
     listed = await custom.list_namespaced_custom_object(GROUP, VERSION, "default", PLURAL)
     assert [i["metadata"]["name"] for i in listed["items"]] == ["a"]
+
+
+async def test_controllers_can_lag_behind_writes_like_real_ones() -> None:
+    async with FakeKube.start(controller_delay_s=0.2) as kube:
+        kube.add_node("n1")
+        kube.apply(lws_manifest("d", replicas=2, size=2, gpus=0))
+        assert kube.objects("pods") == []  # nothing yet: the controllers have not run
+        await asyncio.sleep(0.35)
+        pods = kube.objects("pods")
+        assert len(pods) == 4
+        # The LWS controller and the scheduler ran in the same delayed pass.
+        assert all(p["spec"].get("nodeName") == "n1" for p in pods)
