@@ -415,8 +415,9 @@ class Cluster:
             self.reconcile()  # no running event loop to defer to
 
     def reconcile(self) -> None:
-        """Run GC, the LWS controller and the scheduler until the cluster stops changing."""
+        """Run GC, the LWS and HPA controllers and the scheduler until nothing changes."""
         from tests.harness.fake_kube.garbage_collector import collect_garbage
+        from tests.harness.fake_kube.hpa_controller import reconcile_hpas
         from tests.harness.fake_kube.lws_controller import reconcile_leaderworkersets
         from tests.harness.fake_kube.scheduler import schedule_pending_pods
 
@@ -428,6 +429,7 @@ class Cluster:
                 before = self.store.resource_version
                 collect_garbage(self)
                 reconcile_leaderworkersets(self)
+                reconcile_hpas(self)
                 schedule_pending_pods(self)
                 for controller in self._controllers:
                     controller(self)

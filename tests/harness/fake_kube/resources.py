@@ -52,7 +52,7 @@ BUILTIN_TYPES: tuple[ResourceType, ...] = (
     ResourceType("", "v1", "services", "service", "Service", True, ("svc",), has_status=True),
     ResourceType("events.k8s.io", "v1", "events", "event", "Event", True, ("ev",)),
     ResourceType("coordination.k8s.io", "v1", "leases", "lease", "Lease", True),
-    # Stored only (no controller): lets a client see another autoscaler targeting an LWS.
+    # Its controller only enforces min/max replicas (see hpa_controller.py).
     ResourceType(
         "autoscaling",
         "v2",

@@ -422,3 +422,40 @@ async def test_invalid_lws_message_reads_like_the_apiserver(
         'LeaderWorkerSet.leaderworkerset.x-k8s.io "bad" is invalid: spec.replicas: Invalid '
         "value: -1: spec.replicas in body should be greater than or equal to 0"
     )
+
+
+async def test_an_hpa_left_behind_holds_the_lws_within_its_bounds(
+    kube: FakeKube, custom: client.CustomObjectsApi, api: client.ApiClient
+) -> None:
+    kube.add_node("n1")
+    await create_lws(custom, lws_manifest("d", replicas=2, size=2, gpus=0))
+    hpa = client.V2HorizontalPodAutoscaler(
+        metadata=client.V1ObjectMeta(name="d"),
+        spec=client.V2HorizontalPodAutoscalerSpec(
+            min_replicas=1,
+            max_replicas=3,
+            scale_target_ref=client.V2CrossVersionObjectReference(
+                api_version=f"{GROUP}/{VERSION}", kind="LeaderWorkerSet", name="d"
+            ),
+        ),
+    )
+    autoscaling = client.AutoscalingV2Api(api)
+    await autoscaling.create_namespaced_horizontal_pod_autoscaler("default", hpa)
+    scale = await custom.patch_namespaced_custom_object_scale(
+        GROUP, VERSION, "default", PLURAL, "d", {"spec": {"replicas": 5}}, _content_type=MERGE
+    )
+    assert scale["spec"]["replicas"] == 5  # the write itself succeeds...
+    lws = await custom.get_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, "d")
+    assert lws["spec"]["replicas"] == 3  # ...and the HPA takes it back to its maximum
+    status = (await autoscaling.read_namespaced_horizontal_pod_autoscaler("d", "default")).status
+    assert (status.current_replicas, status.desired_replicas) == (3, 3)
+    assert status.last_scale_time is not None
+    events = [e for e in kube.objects("events", "default") if e["reason"] == "SuccessfulRescale"]
+    assert [e["message"] for e in events] == [
+        "New size: 3; reason: Current number of replicas above Spec.MaxReplicas"
+    ]
+    # Within the bounds the HPA (without metrics) leaves the replicas alone.
+    await custom.patch_namespaced_custom_object_scale(
+        GROUP, VERSION, "default", PLURAL, "d", {"spec": {"replicas": 2}}, _content_type=MERGE
+    )
+    assert kube.object("lws", "default", "d")["spec"]["replicas"] == 2
