@@ -35,8 +35,8 @@ from autoscaler.adapters.kube_adapter import KubeAdapter
 from autoscaler.adapters.kube_client import new_api_client
 from autoscaler.adapters.kube_errors import KubeAdapterError
 from autoscaler.adapters.leader_election import LeaderElector
-from autoscaler.adapters.prometheus_queries import PrometheusQueries
 from autoscaler.adapters.prometheus_source import PrometheusSource
+from autoscaler.core.policy import PREFIX
 from autoscaler.service.control_loop import ControlLoop
 from autoscaler.service.decisions_view import decisions_view
 from autoscaler.service.forecasts import (
@@ -145,11 +145,14 @@ class Service:
             may_write=self._may_write,
             can_grow=settings.cluster_can_grow,
             event_instance=self.identity,
+            default_annotations={
+                PREFIX + "min-buffer": str(settings.buffer.min_gangs),
+                PREFIX + "max-buffer": str(settings.buffer.max_gangs),
+            },
         )
         self.prometheus = PrometheusSource(
             url=settings.prometheus_url,
-            # The settings carry the signal queries; the freshness query keeps its default.
-            queries=PrometheusQueries(**settings.queries.model_dump()),
+            queries=settings.queries,
             # Half the tick at most: a slow Prometheus leaves time to plan (holding) and report.
             timeout_s=min(settings.prometheus_timeout_s, self.deadline_s / 2),
             staleness_limit_s=settings.staleness_limit_s,

@@ -24,7 +24,6 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
-    field_validator,
     model_validator,
 )
 from pydantic_settings import (
@@ -35,6 +34,7 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+from autoscaler.adapters.prometheus_queries import PrometheusQueries
 from autoscaler.core.policy import parse_duration
 
 ENV_PREFIX = "GANG_AUTOSCALER_"
@@ -70,53 +70,6 @@ def _go_duration(value: timedelta) -> str:
     if total_s == int(total_s):
         return f"{int(total_s)}s"
     return f"{int(total_s * 1000)}ms"
-
-
-class PrometheusQueries(BaseModel):
-    """The signal queries (DESIGN section 6). Each is one instant query covering every pod at
-    once, grouped `by (namespace, pod)`, so the number of queries per tick does not grow with
-    the number of deployments. The Prometheus adapter maps results to components through the
-    pod cache, so both labels must survive the aggregation."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    waiting: str = Field(
-        default="sum by (namespace, pod) (vllm:num_requests_waiting)",
-        min_length=1,
-        description="Requests waiting to be scheduled, per leader pod (queue depth).",
-    )
-    running: str = Field(
-        default="sum by (namespace, pod) (vllm:num_requests_running)",
-        min_length=1,
-        description="Requests in the running batch, per leader pod.",
-    )
-    kv_cache: str = Field(
-        default="max by (namespace, pod) (vllm:kv_cache_usage_perc or vllm:gpu_cache_usage_perc)",
-        min_length=1,
-        description="KV-cache usage fraction (0-1) per leader pod; accepts vLLM's old and "
-        "new metric names (renamed in 0.9.2).",
-    )
-    prefill_demand: str = Field(
-        default="sum by (namespace, pod) (rate(vllm:prompt_tokens_total[1m]))",
-        min_length=1,
-        description="Prefill demand per leader pod, in prompt tokens/s.",
-    )
-    decode_demand: str = Field(
-        default="sum by (namespace, pod) (rate(vllm:generation_tokens_total[1m]))",
-        min_length=1,
-        description="Decode demand per leader pod, in generated tokens/s.",
-    )
-
-    @field_validator("*")
-    @classmethod
-    def _grouped_by_pod(cls, query: str) -> str:
-        # A query without both labels cannot be mapped to components; failing here is
-        # clearer than a component that silently never gets data.
-        if "namespace" not in query or "pod" not in query:
-            raise ValueError(
-                "must keep the `namespace` and `pod` labels, e.g. sum by (namespace, pod)"
-            )
-        return query
 
 
 class BufferDefaults(BaseModel):

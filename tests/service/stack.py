@@ -25,9 +25,9 @@ import aiohttp
 import yaml
 from kubernetes_asyncio import client
 
-from autoscaler.adapters.prometheus_queries import PrometheusQueries as AdapterQueries
+from autoscaler.adapters.prometheus_queries import PrometheusQueries
 from autoscaler.service.app import Service
-from autoscaler.service.settings import PrometheusQueries, RunSettings
+from autoscaler.service.settings import RunSettings
 from tests.harness.fake_kube import FakeKube
 from tests.harness.prometheus_server import free_port
 from tests.harness.vllm_exporter import VllmExporter
@@ -40,14 +40,7 @@ PREFILL, DECODE = "llama-prefill", "llama-decode"
 MAX_GANGS = {PREFILL: 4, DECODE: 6}
 
 # Short rate() windows: the test Prometheus scrapes every second.
-_VLLM = AdapterQueries.vllm(rate_window="5s", mean_window="10s")
-TEST_QUERIES = PrometheusQueries(
-    waiting=_VLLM.waiting,
-    running=_VLLM.running,
-    kv_cache=_VLLM.kv_cache,
-    prefill_demand=_VLLM.prefill_demand,
-    decode_demand=_VLLM.decode_demand,
-)
+TEST_QUERIES = PrometheusQueries.vllm(rate_window="5s", mean_window="10s")
 
 TICK = "500ms"
 
