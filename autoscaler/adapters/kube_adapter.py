@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 
 from kubernetes_asyncio import client
 
@@ -45,8 +45,10 @@ class KubeAdapter:
         watch_timeout_s: int = 300,
         foreign_hold_s: float = 600.0,
         event_instance: str | None = None,
+        default_annotations: Mapping[str, str] | None = None,
     ) -> None:
         self._namespaces = frozenset(namespaces) if namespaces else None
+        self._default_annotations = dict(default_annotations or {})
         self._can_grow = can_grow
         core = client.CoreV1Api(api_client)
         custom = client.CustomObjectsApi(api_client)
@@ -106,6 +108,7 @@ class KubeAdapter:
             now_s=now_s,
             namespaces=self._namespaces,
             can_grow=self._can_grow,
+            default_annotations=self._default_annotations,
         )
 
     async def repair_balloons(self, *, now_s: float) -> tuple[str, ...]:

@@ -63,9 +63,16 @@ def _deployment_of(key: ComponentKey, item: Mapping[str, Any]) -> DeploymentKey:
 
 
 def discover(
-    lws_objects: Iterable[Obj], *, namespaces: Collection[str] | None = None
+    lws_objects: Iterable[Obj],
+    *,
+    namespaces: Collection[str] | None = None,
+    default_annotations: Mapping[str, str] | None = None,
 ) -> dict[ComponentKey, DiscoveredComponent]:
-    """Every LWS with `gang-autoscaler.io/enabled: "true"` in `namespaces` (None: all)."""
+    """Every LWS with `gang-autoscaler.io/enabled: "true"` in `namespaces` (None: all).
+
+    `default_annotations` (the operator's defaults, e.g. the chart's buffer bounds) apply
+    where the LWS does not set the annotation itself.
+    """
     found: dict[ComponentKey, dict[str, Any]] = {}
     for lws in lws_objects:
         metadata = meta(lws)
@@ -77,7 +84,9 @@ def discover(
         problems: list[PolicyProblem] = []
         policy: Policy | None = None
         try:
-            policy = parse_policy(annotations_of(lws), lws_name=key.lws)
+            policy = parse_policy(
+                {**(default_annotations or {}), **annotations_of(lws)}, lws_name=key.lws
+            )
         except PolicyError as err:
             problems.extend(err.problems)
         shape: GangShape | None = None

@@ -93,6 +93,7 @@ def build_state(
     now_s: float,
     namespaces: Collection[str] | None = None,
     can_grow: bool = True,
+    default_annotations: Mapping[str, str] | None = None,
 ) -> KubeState:
     pod_list = list(pods)
     by_lws: dict[tuple[str, str], list[Obj]] = {}
@@ -106,7 +107,9 @@ def build_state(
                 pod
             )
     components: dict[ComponentKey, ComponentState] = {}
-    for key, found in discover(lws_objects, namespaces=namespaces).items():
+    for key, found in discover(
+        lws_objects, namespaces=namespaces, default_annotations=default_annotations
+    ).items():
         lws_pods = by_lws.get((key.namespace, key.lws), [])
         balloons = tuple(balloons_by_lws.get((key.namespace, key.lws), ()))
         observation = None

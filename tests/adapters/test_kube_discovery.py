@@ -63,3 +63,14 @@ def test_state_observes_gangs_and_excludes_invalid_components_from_policies():
     assert set(state.policies) == {prefill}
     assert set(state.problems) == {prefill, decode}
     assert state.leader_pod_index() == {("serving", "llama-prefill-0"): (prefill, 0)}
+
+
+def test_operator_defaults_apply_where_the_lws_sets_nothing():
+    defaults = {"gang-autoscaler.io/min-buffer": "1", "gang-autoscaler.io/max-buffer": "4"}
+    found = discover(
+        _pd(decode_extra={"gang-autoscaler.io/max-buffer": "3"}), default_annotations=defaults
+    )
+    prefill = found[ComponentKey("serving", "llama-prefill")].policy
+    decode = found[ComponentKey("serving", "llama-decode")].policy
+    assert (prefill.min_buffer, prefill.max_buffer) == (1, 4)
+    assert (decode.min_buffer, decode.max_buffer) == (1, 3)  # the annotation wins
