@@ -21,7 +21,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="Whole-gang autoscaling for LeaderWorkerSet LLM inference deployments.",
     )
     parser.add_argument(
-        "--log-level", default="INFO", help="logging level (DEBUG, INFO, WARNING, ERROR)"
+        "--log-level",
+        default=None,
+        help="logging level (DEBUG, INFO, WARNING, ERROR); default INFO, or for `run` its "
+        "environment or config file setting",
     )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMANDS:
@@ -34,7 +37,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not getattr(args, "configures_logging", False):
         logging.basicConfig(
-            level=args.log_level.upper(),
+            level=(args.log_level or "INFO").upper(),
             format="%(asctime)s %(levelname)s %(name)s: %(message)s",
             stream=sys.stderr,
         )

@@ -39,7 +39,9 @@ def _run(args: argparse.Namespace) -> int:
     given = {
         key: value
         for key, value in vars(args).items()
-        if key not in ("func", "command", "log_level")
+        # --log-level is a top-level flag; passed on only when given, so that the
+        # environment or the config file can set it otherwise.
+        if key not in ("func", "command") and not (key == "log_level" and value is None)
     }
     try:
         settings = load_settings(argparse.Namespace(**given))
