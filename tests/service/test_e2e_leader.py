@@ -108,7 +108,10 @@ async def test_only_the_leader_writes_and_the_standby_takes_over(
             timeout_s=20,
             what="beta to scale prefill",
         )
-        assert "beta" in event_instances(kube)
+        # The Event is written right after the /scale patch, so it may land a moment later.
+        await wait_until(
+            lambda: "beta" in event_instances(kube), timeout_s=5, what="beta's scaling Event"
+        )
         assert await scale_writes(beta) >= 1
         assert await beta.metric("gang_autoscaler_leader") == 1
     finally:
