@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from autoscaler.core.policy import parse_duration
+from autoscaler.commands.arg_types import positive_duration_s
 from forecasting.backtest import BacktestReport, run_backtest
 from forecasting.errors import ForecastingError
 from forecasting.grid import DEFAULT_STEP_S
@@ -22,16 +22,6 @@ from forecasting.traces import default_traces_dir, load_trace
 
 DEFAULT_TRACE = "servegen_m-small"
 EXIT_BAD_INPUT = 2
-
-
-def _duration_s(text: str) -> float:
-    try:
-        seconds = parse_duration(text)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from err
-    if seconds <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be longer than zero")
-    return seconds
 
 
 def add_parser(subparsers: Any) -> None:
@@ -51,14 +41,14 @@ def add_parser(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--horizon",
-        type=_duration_s,
+        type=positive_duration_s,
         default=1800.0,
         metavar="DURATION",
         help="how far ahead to forecast, e.g. 10m, 30m, 1h (default 30m)",
     )
     parser.add_argument(
         "--step",
-        type=_duration_s,
+        type=positive_duration_s,
         default=None,
         metavar="DURATION",
         help=f"window length the models work on (default: {DEFAULT_STEP_S:g}s, or the "

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from autoscaler.core.policy import parse_duration
+from autoscaler.commands.arg_types import positive_duration_s
 from autoscaler.sim.config import load_settings
 from autoscaler.sim.errors import SimulationError
 from autoscaler.sim.report import table, write_json, write_report
@@ -28,16 +28,6 @@ def default_traces_dir() -> Path:
     if os.environ.get(TRACES_ENV):
         return Path(os.environ[TRACES_ENV])
     return Path(__file__).resolve().parents[2].parent / "shared" / "data" / "traces"
-
-
-def _duration_s(text: str) -> float:
-    try:
-        seconds = parse_duration(text)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from err
-    if seconds <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be longer than zero")
-    return seconds
 
 
 def _positive(text: str) -> float:
@@ -88,9 +78,14 @@ def add_parser(subparsers: Any) -> None:
     )
     parser.add_argument("--seed", type=int, default=None, help="random seed (default 0)")
     parser.add_argument("--mode", choices=["pd", "unified"], default=None, help="default pd")
-    parser.add_argument("--step", type=_duration_s, default=None, help="simulation step (5s)")
     parser.add_argument(
-        "--duration", type=_duration_s, default=None, help="replay only this much of the trace"
+        "--step", type=positive_duration_s, default=None, help="simulation step (5s)"
+    )
+    parser.add_argument(
+        "--duration",
+        type=positive_duration_s,
+        default=None,
+        help="replay only this much of the trace",
     )
     parser.add_argument(
         "--traces-dir",

@@ -1,0 +1,18 @@
+"""argparse value types shared by the subcommands."""
+
+from __future__ import annotations
+
+import argparse
+
+from autoscaler.core.policy import parse_duration
+
+
+def positive_duration_s(text: str) -> float:
+    """A Go-style duration longer than zero, in seconds (`90s`, `5m`, `1h30m`)."""
+    try:
+        seconds = parse_duration(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from err
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be longer than zero")
+    return seconds
