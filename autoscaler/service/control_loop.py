@@ -289,7 +289,9 @@ class ControlLoop:
             key = target.key
             try:
                 self._forecasts.record(key, now_s=now_s, demand=signals[key].demand)
-                found = self._forecasts.forecast(key, horizon_s=policies[key].lead_time_s)
+                found = self._forecasts.forecast(
+                    key, horizon_s=policies[key].lead_time_s, now_s=now_s
+                )
             except Exception as err:  # one forecaster's failure leaves one component without
                 self._metrics.count_error("forecast")
                 errors.append(f"forecast {key}: {err!r}")

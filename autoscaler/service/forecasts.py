@@ -60,6 +60,7 @@ class DemandForecasts:
         backfill_step_s: float = BACKFILL_STEP_S,
     ) -> None:
         self.model = model
+        self.step_s = step_s
         self.backfill_days = backfill_days
         self.backfill_step_s = backfill_step_s
         # A partial of a module-level function: it must pickle into a process pool.
@@ -160,14 +161,28 @@ class DemandForecasts:
         """Collect finished fits and submit due ones (never waits)."""
         self._fitter.tick(now_s=now_s)
 
-    def forecast(self, key: ComponentKey, *, horizon_s: float) -> Forecast | None:
-        result = self._fitter.forecast(key, horizon_s)
+    def model_horizon_s(self, key: ComponentKey, *, horizon_s: float, now_s: float) -> float:
+        """The horizon to ask the model for so that it looks `horizon_s` past `now_s`.
+
+        The model's horizon starts at the end of its last closed window, which trails `now_s`
+        by up to one step; without the gap a lead time of 5 minutes would look up to a step
+        short.
+        """
+        last_end_s = self._fitter.last_window_end_s(key)
+        behind_s = 0.0 if last_end_s is None else min(max(now_s - last_end_s, 0.0), self.step_s)
+        return horizon_s + behind_s
+
+    def forecast(self, key: ComponentKey, *, horizon_s: float, now_s: float) -> Forecast | None:
+        """Demand `horizon_s` after `now_s`."""
+        result = self._fitter.forecast(
+            key, self.model_horizon_s(key, horizon_s=horizon_s, now_s=now_s)
+        )
         if result is None:
             return None
         return Forecast(
             point=result.point,
             upper=result.upper,
-            horizon_s=result.horizon_s,
+            horizon_s=horizon_s,  # from now, which is what the plan reasons with
             fallback_reason=result.fallback_reason,
         )
 

@@ -8,6 +8,7 @@ import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ from autoscaler.core.model import ComponentKey
 from autoscaler.service.app import lease_timing
 from autoscaler.service.control_loop import plan_isolated, seed_memory
 from autoscaler.service.decisions_view import decisions_view
+from autoscaler.service.forecasts import DemandForecasts
 from autoscaler.service.logs import JsonFormatter
 from tests.core.builders import obs, observations, policy
 from tests.harness.fake_kube import FakeKube
@@ -136,3 +138,25 @@ async def test_a_prometheus_that_hangs_cannot_stall_the_loop(
         assert (timeouts or 0) + (deadlines or 0) >= 3
     finally:
         await running.close()
+
+
+def test_forecast_horizon_counts_from_now_not_from_the_last_closed_window() -> None:
+    key = ComponentKey("serving", "llm")
+    start_s = 1_700_000_000.0
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        forecasts = DemandForecasts(executor=pool, step_s=300.0)
+        assert forecasts.model_horizon_s(key, horizon_s=300.0, now_s=start_s) == 300.0
+        for minute in range(1, 13):  # one-minute demand samples for 12 minutes
+            forecasts.record(key, now_s=start_s + 60 * minute, demand=1000.0)
+        now_s = start_s + 60 * 12
+        last_end_s = forecasts._fitter.last_window_end_s(key)
+        assert last_end_s is not None and 0 < now_s - last_end_s <= 300
+        asked_s = forecasts.model_horizon_s(key, horizon_s=300.0, now_s=now_s)
+        # a stalled feed cannot push the horizon out by more than one step
+        far_s = forecasts.model_horizon_s(key, horizon_s=300.0, now_s=now_s + 3600)
+        found = forecasts.forecast(key, horizon_s=300.0, now_s=now_s)
+    assert asked_s == pytest.approx(300.0 + (now_s - last_end_s))
+    assert far_s == pytest.approx(600.0)
+    assert found is not None
+    assert found.horizon_s == 300.0  # reported from now, as the plan reasons with it
+    assert found.point == pytest.approx(1000.0)
