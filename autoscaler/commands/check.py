@@ -84,10 +84,7 @@ def check_documents(
         try:
             policies[key] = parse_policy(annotations, lws_name=name)
         except PolicyError as err:
-            findings.extend(
-                Finding(source, str(key), p.annotation, str(p).split(": ", 1)[1])
-                for p in err.problems
-            )
+            findings.extend(Finding(source, str(key), p.annotation, p.detail) for p in err.problems)
 
     deployments: dict[DeploymentKey, dict[ComponentKey, Policy]] = {}
     for key, policy in policies.items():
@@ -95,8 +92,7 @@ def check_documents(
     for members in deployments.values():
         for key, problems in sorted(validate_deployment(members).items()):
             findings.extend(
-                Finding(sources[key], str(key), p.annotation, str(p).split(": ", 1)[1])
-                for p in problems
+                Finding(sources[key], str(key), p.annotation, p.detail) for p in problems
             )
     return findings, seen
 

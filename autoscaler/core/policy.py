@@ -183,9 +183,14 @@ class PolicyProblem:
     value: str | None
     message: str
 
-    def __str__(self) -> str:
+    @property
+    def detail(self) -> str:
+        """The message with the offending value, without the annotation key."""
         shown = "" if self.value is None else f" (got {self.value!r})"
-        return f"{self.annotation}: {self.message}{shown}"
+        return f"{self.message}{shown}"
+
+    def __str__(self) -> str:
+        return f"{self.annotation}: {self.detail}"
 
 
 class PolicyError(ValueError):

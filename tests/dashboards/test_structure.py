@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import importlib.util
 import re
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from tests.dashboards.conftest import (
     substitute,
     variable_names,
 )
+from tests.harness.prometheus_server import require_binary
 from tests.harness.shared_data import shared_data_path
 
 GRAFANA_BUILTINS = {"__rate_interval", "__interval", "__range", "__range_s"}
@@ -149,9 +149,7 @@ def test_every_metric_name_exists(path: Path) -> None:
 
 def test_every_query_parses_with_promtool(tmp_path: Path) -> None:
     """promtool parses each expression as a recording rule (syntax and types, no server)."""
-    promtool = shutil.which("promtool")
-    if promtool is None:
-        pytest.skip("promtool is not installed (Debian package prometheus)")
+    promtool = require_binary("promtool")
     rules = []
     for path in DASHBOARD_FILES:
         for i, query in enumerate(queries(path)):
@@ -170,9 +168,7 @@ def test_every_query_parses_with_promtool(tmp_path: Path) -> None:
 
 
 def test_promtool_check_catches_a_broken_query(tmp_path: Path) -> None:
-    promtool = shutil.which("promtool")
-    if promtool is None:
-        pytest.skip("promtool is not installed (Debian package prometheus)")
+    promtool = require_binary("promtool")
     rule_file = tmp_path / "broken.rules.yml"
     broken = {"record": "x:y", "expr": "sum by (component (gang_autoscaler_desired_gangs)"}
     rule_file.write_text(yaml.safe_dump({"groups": [{"name": "g", "rules": [broken]}]}))
