@@ -10,6 +10,7 @@ multi-day series to arrays of a few million entries, so the serving model stays 
 from __future__ import annotations
 
 import gzip
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +19,8 @@ import pandas as pd
 from numpy.typing import ArrayLike
 
 from autoscaler.sim.errors import TraceError
+
+logger = logging.getLogger(__name__)
 
 BUILTIN_TRACE = "builtin"
 BUILTIN_PATH = Path(__file__).resolve().parent / "data" / "azure2023_conv_1s.csv.gz"
@@ -155,7 +158,12 @@ def load_servegen(
 
     The window's `requests_per_s` times `rate_scale` is the Poisson mean for each second;
     prompt and output lengths are the window's rate-weighted means. Windows whose length
-    columns are empty take the last known lengths (the rate columns are complete).
+    columns are empty take the last known lengths.
+
+    A window where every client reports zero is a collection gap, not a quiet spell (the
+    shared data's README: "treat as missing"; in m-small and m-mid they sit between busy
+    windows). Its rate is interpolated linearly in time between the windows either side,
+    so a gap replays as the traffic around it instead of a silence followed by a step.
     """
     columns = ("t_seconds", "requests_per_s", "mean_input_tokens", "mean_output_tokens")
     frame = _read_csv(path, columns)
@@ -163,9 +171,13 @@ def load_servegen(
     lengths = frame[["mean_input_tokens", "mean_output_tokens"]].ffill().bfill()
     if lengths.isna().any().any():
         raise TraceError(f"{path}: no prompt/output lengths in any window")
+    rates = fill_collection_gaps(
+        frame["t_seconds"].to_numpy(dtype=np.float64),
+        frame["requests_per_s"].to_numpy(dtype=np.float64),
+    )
     rng = np.random.default_rng(seed)
     per_window = int(window_s)
-    rate = np.repeat(frame["requests_per_s"].to_numpy(dtype=np.float64) * rate_scale, per_window)
+    rate = np.repeat(rates * rate_scale, per_window)
     counts = rng.poisson(np.maximum(rate, 0.0)).astype(np.float64)
     start = float(frame["t_seconds"].iloc[0])
     seconds = start + np.arange(counts.size, dtype=np.float64)
@@ -177,6 +189,26 @@ def load_servegen(
         np.repeat(lengths["mean_output_tokens"].to_numpy(dtype=np.float64), per_window),
         float(counts.size),
     )
+
+
+def fill_collection_gaps(t_seconds: np.ndarray, rates: np.ndarray) -> np.ndarray:
+    """Rates with all-zero windows (collection gaps) interpolated from their neighbours.
+
+    Gaps at either end take the nearest measured window. A series with no non-zero window
+    is returned unchanged (there is nothing to interpolate from; `_build` rejects it).
+    """
+    gap = rates <= 0
+    if gap.all() or not gap.any():
+        return rates
+    logger.info(
+        "%d of %d windows are collection gaps (all clients zero); their rates are "
+        "interpolated from the windows either side",
+        int(gap.sum()),
+        rates.size,
+    )
+    filled = rates.copy()
+    filled[gap] = np.interp(t_seconds[gap], t_seconds[~gap], rates[~gap])
+    return filled
 
 
 def scale_requests(workload: Workload, scale: float, *, seed: int) -> Workload:

@@ -17,6 +17,7 @@ from autoscaler.sim.gang_policy import GangController
 from autoscaler.sim.runner import build_controllers, compare, load_workload, with_quota
 from autoscaler.sim.workload import (
     BUILTIN_PATH,
+    fill_collection_gaps,
     load_per_second,
     load_servegen,
     load_trace,
@@ -185,3 +186,31 @@ def test_a_unified_deployment_runs_through_the_core() -> None:
     assert "unified_ready_gangs" in gang.series
     assert "prefill_ready_gangs" not in gang.series
     assert comparison.metrics["static"].slo_attainment > 0.99
+
+
+def test_servegen_collection_gaps_replay_as_the_traffic_around_them() -> None:
+    # m-small has 37 windows where every client reports zero ("treat as missing")
+    path = shared_data_path("traces", "servegen_m-small_600s.csv")
+    frame = np.genfromtxt(path, delimiter=",", names=True)
+    gaps = np.flatnonzero(frame["requests_per_s"] == 0)
+    assert gaps.size == 37
+    workload = load_servegen(path, seed=0)
+    per_window = np.bincount((workload.arrival_s // 600).astype(int), weights=workload.requests)
+    for window in gaps:
+        before = frame["requests_per_s"][:window][frame["requests_per_s"][:window] > 0][-1]
+        after = frame["requests_per_s"][window:][frame["requests_per_s"][window:] > 0][0]
+        low, high = sorted((before, after))
+        assert 0.95 * low * 600 <= per_window[window] <= 1.05 * high * 600
+
+
+def test_fill_collection_gaps_interpolates_in_time() -> None:
+    t = np.array([0.0, 600.0, 1200.0, 1800.0, 2400.0])
+    assert fill_collection_gaps(t, np.array([0.0, 10.0, 0.0, 0.0, 40.0])).tolist() == [
+        10.0,
+        10.0,
+        20.0,
+        30.0,
+        40.0,
+    ]
+    untouched = np.array([1.0, 2.0, 3.0, 4.0, 5.0])
+    assert fill_collection_gaps(t, untouched) is untouched
