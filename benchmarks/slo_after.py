@@ -14,12 +14,13 @@ policy does once it has seen the traffic. Same defaults, scale and seed as `simu
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 
 from autoscaler.commands.arg_types import positive_duration_s
+from autoscaler.commands.simulate import default_traces_dir
 from autoscaler.sim.config import load_settings
 from autoscaler.sim.engine import simulate
+from autoscaler.sim.metrics import measure
 from autoscaler.sim.runner import POLICIES, build_controllers, load_workload, with_quota
 from autoscaler.sim.workload import resolve_trace
 
@@ -32,9 +33,7 @@ def main() -> None:
     parser.add_argument("--traces-dir", type=Path, default=None)
     args = parser.parse_args()
 
-    traces_dir = args.traces_dir or Path(
-        os.environ.get("GANG_AUTOSCALER_TRACES", Path(__file__).parents[2] / "shared/data/traces")
-    )
+    traces_dir = args.traces_dir or default_traces_dir()
     settings = load_settings(args.config)
     path = resolve_trace(args.trace, traces_dir=traces_dir)
     workload, _ = load_workload(path, settings, scale=None, name=args.trace)
@@ -44,8 +43,8 @@ def main() -> None:
     print("|---|---|---|")
     for controller in build_controllers(workload, settings, POLICIES):
         result = simulate(workload, controller, settings, progress=False)
+        whole = measure(result).slo_attainment
         met = (result.ttft_s <= settings.slo_ttft_s) * workload.requests
-        whole = met.sum() / workload.requests.sum()
         after = met[late].sum() / workload.requests[late].sum()
         print(f"| {controller.name} | {100 * whole:.2f}% | {100 * after:.2f}% |")
 

@@ -100,15 +100,20 @@ def _regular_step(t_seconds: np.ndarray, path: Path) -> float:
     return float(steps[0])
 
 
+def servegen_gaps(frame: pd.DataFrame) -> np.ndarray:
+    """Rows of a ServeGen window series that are collection gaps: no client sent anything."""
+    gap = frame["requests_per_s"].to_numpy() == 0
+    if "active_clients" in frame:
+        gap &= frame["active_clients"].to_numpy() == 0
+    return np.asarray(gap, dtype=bool)
+
+
 def _servegen(path: Path) -> tuple[Series, float]:
     frame = pd.read_csv(path)
     t = frame["t_seconds"].to_numpy(dtype=np.float64)
     step_s = _regular_step(t, path)
     rate = frame["requests_per_s"].to_numpy(dtype=np.float64).copy()
-    gap = rate == 0
-    if "active_clients" in frame:
-        gap &= frame["active_clients"].to_numpy() == 0
-    rate[gap] = np.nan
+    rate[servegen_gaps(frame)] = np.nan
     return Series(t + step_s, rate), step_s
 
 

@@ -19,6 +19,7 @@ import pandas as pd
 from numpy.typing import ArrayLike
 
 from autoscaler.sim.errors import TraceError
+from forecasting.traces import servegen_gaps
 
 logger = logging.getLogger(__name__)
 
@@ -174,6 +175,7 @@ def load_servegen(
     rates = fill_collection_gaps(
         frame["t_seconds"].to_numpy(dtype=np.float64),
         frame["requests_per_s"].to_numpy(dtype=np.float64),
+        gap=servegen_gaps(frame),
     )
     rng = np.random.default_rng(seed)
     per_window = int(window_s)
@@ -191,13 +193,14 @@ def load_servegen(
     )
 
 
-def fill_collection_gaps(t_seconds: np.ndarray, rates: np.ndarray) -> np.ndarray:
-    """Rates with all-zero windows (collection gaps) interpolated from their neighbours.
+def fill_collection_gaps(
+    t_seconds: np.ndarray, rates: np.ndarray, *, gap: np.ndarray
+) -> np.ndarray:
+    """Rates with the `gap` windows interpolated linearly in time from their neighbours.
 
-    Gaps at either end take the nearest measured window. A series with no non-zero window
-    is returned unchanged (there is nothing to interpolate from; `_build` rejects it).
+    Gaps at either end take the nearest measured window. A series that is all gap is
+    returned unchanged (there is nothing to interpolate from; `_build` rejects it).
     """
-    gap = rates <= 0
     if gap.all() or not gap.any():
         return rates
     logger.info(

@@ -205,12 +205,8 @@ def test_servegen_collection_gaps_replay_as_the_traffic_around_them() -> None:
 
 def test_fill_collection_gaps_interpolates_in_time() -> None:
     t = np.array([0.0, 600.0, 1200.0, 1800.0, 2400.0])
-    assert fill_collection_gaps(t, np.array([0.0, 10.0, 0.0, 0.0, 40.0])).tolist() == [
-        10.0,
-        10.0,
-        20.0,
-        30.0,
-        40.0,
-    ]
+    rates = np.array([0.0, 10.0, 0.0, 0.0, 40.0])
+    filled = fill_collection_gaps(t, rates, gap=rates == 0)
+    assert filled.tolist() == [10.0, 10.0, 20.0, 30.0, 40.0]
     untouched = np.array([1.0, 2.0, 3.0, 4.0, 5.0])
-    assert fill_collection_gaps(t, untouched) is untouched
+    assert fill_collection_gaps(t, untouched, gap=untouched == 0) is untouched
