@@ -7,7 +7,8 @@ starting now satisfies arrivals(window) <= c * (window + s); the slack is the SL
 99th percentile of a request's own prefill time. Windows of 1 to `max_window_s` seconds
 (every second) and up to `long_window_s` (every 30 s) are checked: short ones for bursts,
 long ones for sustained overloads that no short window shows. Decode: enough slots for the
-sequences that would be running if every request got a slot at once. Unified: both on the
+sequences that would be running (in slot-time, averaged over each step) if every request got
+a slot on arrival. Unified: both on the
 same gangs, with the decode batch taking its share of prefill capacity.
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from autoscaler.sim.config import SimSettings
+from autoscaler.sim.serving import book_occupancy, steps_held
 from autoscaler.sim.workload import Workload
 
 
@@ -66,14 +68,13 @@ def required_gangs(
     padded[: min(n_grid, padded.size)] = need_grid[: padded.size]
     need_rate = padded.reshape(n_steps, per).max(axis=1)
 
-    # sequences in decode: each holds a slot from arrival for output / per-sequence speed
-    hold_s = workload.output_tokens / seq_rate
+    # sequences in decode: each holds a slot from its arrival step for output / per-sequence
+    # speed, counted in slot-time as the serving model counts it
+    held = steps_held(workload.output_tokens, seq_rate, dt=dt)
     start = np.minimum((workload.arrival_s // dt).astype(np.int64), n_steps - 1)
-    hold_steps = np.maximum(np.ceil(hold_s / dt), 1).astype(np.int64)
-    stop = np.minimum(start + hold_steps, n_steps)
-    delta = np.bincount(start, weights=workload.requests, minlength=n_steps + 1)
-    delta -= np.bincount(stop, weights=workload.requests, minlength=n_steps + 1)
-    running = np.cumsum(delta)[:n_steps]
+    delta = np.zeros(n_steps + int(np.ceil(held.max())) + 3)
+    book_occupancy(delta, start=start, sequences=workload.requests, held_steps=held)
+    running = np.maximum(np.cumsum(delta)[:n_steps], 0.0)
 
     if settings.mode == "unified":
         interference = serving.unified_decode_interference

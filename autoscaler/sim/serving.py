@@ -8,7 +8,12 @@ Decode: each ready decode gang holds `max_sequences` running sequences; a sequen
 slot for `output_tokens / per_sequence_tokens_per_s` seconds, where the per-sequence speed
 is the gang's full-batch throughput shared by its slots. A request that finished prefill
 waits for a free slot (the KV cache has nowhere to go), and its first token reaches the
-user only once it holds one: TTFT = max(prefill done, decode slot) - arrival.
+user only once it holds one: TTFT = max(prefill done, decode slot) - arrival. Slots are
+counted in slot-time, not in whole steps: a sequence admitted in a step holds its slot for
+its hold time from the step's start, so a slot freed mid-step serves the next sequence in
+the same step, and a gang admits `slots / hold` sequences a second whatever the step size.
+Within a step, the slots free at its start are taken at once and the rest of the step's
+admissions are spread evenly over it (when exactly in the step a slot frees is not tracked).
 
 Unified gangs run both on the same GPUs: a full decode batch takes
 `unified_decode_interference` of the prefill capacity.
@@ -21,6 +26,7 @@ cumulative service curves (`ttft_s`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
@@ -57,35 +63,57 @@ class Serving:
         self.count0 = np.concatenate(([0.0], np.cumsum(workload.requests)))
         edges = np.arange(n_steps + 1, dtype=np.float64) * self.dt
         self.arrived_idx = np.searchsorted(workload.arrival_s, edges, side="left")
-        hold_steps = np.ceil(workload.output_tokens / self.seq_tokens_per_s / self.dt)
-        self.hold_steps = np.maximum(hold_steps, 1).astype(np.int64)
-        self.finishing = np.zeros(n_steps + int(self.hold_steps.max()) + 2)
+        self.held_steps = steps_held(workload.output_tokens, self.seq_tokens_per_s, dt=self.dt)
+        # slot-steps each cohort takes in the step it is admitted (at most one per sequence)
+        self.first_step0 = np.concatenate(
+            ([0.0], np.cumsum(workload.requests * np.minimum(self.held_steps, 1.0)))
+        )
+        # occupancy (sequences, averaged over a step) as a difference array over steps
+        horizon = n_steps + int(np.ceil(self.held_steps.max())) + 3
+        self.occupancy_delta = np.zeros(horizon)
+        # sequences holding a slot at each step's start, as a difference array
+        self.holding_delta = np.zeros(horizon)
         self.served_curve = np.zeros(n_steps + 1)  # prompt tokens served by each edge
         self.rate_curve = np.zeros(n_steps)  # prefill capacity (tokens/s) during each step
         self.admitted_curve = np.zeros(n_steps + 1)  # requests given a decode slot by each edge
+        self.admit_now_curve = np.zeros(n_steps)  # admitted at each step's start (free slots)
+        self.admit_rate_curve = np.zeros(n_steps)  # slot-limited admissions/s after that
         self.edges = edges
         self._served = 0.0
         self._admitted = 0.0
-        self._running = 0.0
+        self._occupancy = 0.0  # sequences holding a slot, averaged over the last step
+        self._holding = 0.0  # sequences holding a slot at the last step's start
         self.steps_done = 0
 
     def step(self, k: int, *, prefill_gangs: int, decode_gangs: int) -> ServingView:
         """Serve step k ([k*dt, (k+1)*dt)) with the gangs ready at its start."""
-        self._running = max(self._running - self.finishing[k], 0.0)
+        carried = max(self._occupancy + self.occupancy_delta[k], 0.0)  # admitted earlier
+        self._holding += self.holding_delta[k]
         slots = decode_gangs * self.slots_per_gang
         capacity = prefill_gangs * self.prefill_per_gang * self.dt
         if self.unified and slots > 0:
-            capacity *= 1.0 - self.interference * min(self._running / slots, 1.0)
+            capacity *= 1.0 - self.interference * min(carried / slots, 1.0)
         self.rate_curve[k] = capacity / self.dt
         arrived_work = self.work0[self.arrived_idx[k + 1]]
         before = self._served
         self._served = min(arrived_work, self._served + capacity)
         prefilled = float(np.interp(self._served, self.work0, self.count0))
-        admit = min(max(prefilled - self._admitted, 0.0), max(slots - self._running, 0.0))
+        # the free slot-steps admit requests in order, each taking its first step's share
+        used = float(np.interp(self._admitted, self.count0, self.first_step0))
+        free = max(slots - carried, 0.0)
+        slot_limit = float(np.interp(used + free, self.first_step0, self.count0))
+        admit = max(min(prefilled, slot_limit) - self._admitted, 0.0)
+        now = min(admit, max(slots - self._holding, 0.0))
+        self.admit_now_curve[k] = now
         if admit > 0:
-            self._schedule_finish(k, self._admitted, self._admitted + admit)
+            # what the free slot-time admits per second of these requests, beyond those
+            # taking the slots free at the start
+            first_steps = float(np.interp(self._admitted + admit, self.count0, self.first_step0))
+            per_request = (first_steps - used) / admit
+            self.admit_rate_curve[k] = max(free / per_request - now, 0.0) / self.dt
+            self._book_holds(k, self._admitted, self._admitted + admit)
             self._admitted += admit
-            self._running += admit
+        self._occupancy += self.occupancy_delta[k]
         self.steps_done = k + 1
         self.served_curve[k + 1] = self._served
         self.admitted_curve[k + 1] = self._admitted
@@ -97,19 +125,25 @@ class Serving:
             prefill_running=running_prefill,
             prefill_utilization=(self._served - before) / capacity if capacity > 0 else 1.0,
             decode_waiting=max(prefilled - self._admitted, 0.0),
-            decode_running=self._running,
+            decode_running=max(self._occupancy, 0.0),
             decode_slots=slots,
         )
 
-    def _schedule_finish(self, k: int, low: float, high: float) -> None:
-        """Book the step at which each newly admitted request frees its slot."""
+    def _book_holds(self, k: int, low: float, high: float) -> None:
+        """Book the slot occupancy of requests `low` to `high` (in arrival order), admitted
+        in step k."""
         first = int(np.searchsorted(self.count0, low, side="right")) - 1
         last = int(np.searchsorted(self.count0, high, side="left"))
         cohorts = np.arange(first, last)
         share = np.clip(self.count0[cohorts + 1], low, high) - np.clip(
             self.count0[cohorts], low, high
         )
-        np.add.at(self.finishing, k + self.hold_steps[cohorts], share)
+        held = self.held_steps[cohorts]
+        start = np.full(cohorts.size, k)
+        book_occupancy(self.occupancy_delta, start=start, sequences=share, held_steps=held)
+        # held at the start of every later step the hold reaches into
+        self.holding_delta[k + 1] += share.sum()
+        np.add.at(self.holding_delta, k + np.ceil(held).astype(np.int64), -share)
 
     def ttft_s(self) -> np.ndarray:
         """TTFT of the middle request of every cohort, over the steps simulated so far; inf
@@ -122,33 +156,65 @@ class Serving:
         n = workload.requests
         ahead = self.work0[:-1] + workload.prompt_tokens() * (n - 1) / (2 * n)
         own_s = workload.input_tokens / self.prefill_per_gang
-        ahead_done = _invert(served, times, ahead, self.rate_curve[:end_step])
+        ahead_done = _invert(served, times, ahead, self.rate_curve[:end_step], side="right")
         prefill_done = np.maximum(ahead_done, workload.arrival_s) + own_s
         slot_position = self.count0[:-1] + n / 2
-        slot_at = _invert(admitted, times, slot_position, None)
+        slot_at = _invert(
+            admitted,
+            times,
+            slot_position,
+            self.admit_rate_curve[:end_step],
+            side="left",
+            at_start=self.admit_now_curve[:end_step],
+        )
         return np.asarray(np.maximum(prefill_done, slot_at) - workload.arrival_s)
 
 
+def steps_held(output_tokens: np.ndarray, seq_tokens_per_s: float, *, dt: float) -> np.ndarray:
+    """How long each cohort's sequences hold a decode slot, in (fractional) steps of `dt`."""
+    # a sequence with no output still passes through a slot; a floor keeps the
+    # cumulative slot-steps strictly increasing so they can be inverted
+    return np.maximum(output_tokens / seq_tokens_per_s / dt, 1e-6)
+
+
+def book_occupancy(
+    delta: np.ndarray, *, start: np.ndarray, sequences: np.ndarray, held_steps: np.ndarray
+) -> None:
+    """Add to the difference array `delta` the slots that `sequences` admitted at the start of
+    step `start` hold: one slot in each whole step of `held_steps`, the fraction in the last.
+    The running sum of `delta` is then the sequences running, averaged over each step."""
+    whole = np.floor(held_steps).astype(np.int64)
+    rest = held_steps - whole
+    np.add.at(delta, start, sequences)
+    np.add.at(delta, start + whole, -sequences * (1.0 - rest))
+    np.add.at(delta, start + whole + 1, -sequences * rest)
+
+
 def _invert(
-    curve: np.ndarray, times: np.ndarray, values: np.ndarray, rates: np.ndarray | None
+    curve: np.ndarray,
+    times: np.ndarray,
+    values: np.ndarray,
+    rates: np.ndarray,
+    *,
+    side: Literal["left", "right"],
+    at_start: np.ndarray | None = None,
 ) -> np.ndarray:
     """Earliest time a cumulative curve reaches each value (inf if it never does).
 
-    `curve[k]` is the cumulative amount by edge k. Within step k the curve grows at most at
-    `rates[k]` per second from its value at the start of the step (None: instantly, as slot
-    admissions do); it may grow slower because nothing more had arrived, and the callers
-    take the max with each item's own arrival time to account for that.
+    `curve[k]` is the cumulative amount by edge k. Within step k the curve jumps by
+    `at_start[k]` (0 when None) at the step's start, then grows at most at `rates[k]` per
+    second; it may grow slower
+    because nothing more had arrived, and the callers take the max with each item's own
+    arrival time to account for that. `side="right"` finds the step in which the curve
+    first rises past a value (an item's own prefill starts only once all work ahead of it is
+    done); `side="left"` the step in which it reaches it (a slot for the item itself).
     """
-    # the step in which the curve first reaches each value (with a rate: first rises past
-    # it, since an item's own service starts only once everything ahead of it is done)
-    idx = np.searchsorted(curve[1:], values, side="left" if rates is None else "right")
+    idx = np.searchsorted(curve[1:], values, side=side)
     out = np.full(values.shape, np.inf)
     inside = idx < curve.size - 1
     k = idx[inside]
-    if rates is None:
-        out[inside] = times[k]
-    else:
-        rate = rates[k]
-        extra = np.maximum(values[inside] - curve[k], 0.0)
-        out[inside] = times[k] + np.where(rate > 0, extra / np.where(rate > 0, rate, 1.0), 0.0)
+    rate = rates[k]
+    jump = 0.0 if at_start is None else at_start[k]
+    extra = np.maximum(values[inside] - curve[k] - jump, 0.0)
+    out[inside] = times[k] + np.where(rate > 0, extra / np.where(rate > 0, rate, 1.0), 0.0)
     return out

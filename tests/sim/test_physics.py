@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -63,17 +65,44 @@ def test_no_ready_gang_serves_nothing_and_ttft_counts_the_wait() -> None:
 
 
 def test_decode_slots_hold_requests_back_until_a_slot_frees() -> None:
-    # 512 slots per gang (2 pods x 256). 600 tiny prompts: 512 get a slot in the first step,
+    # 512 slots per gang (2 pods x 256). 600 tiny prompts: 512 take the free slots at t=0,
     # the other 88 wait. Each sequence generates 24,000/512 = 46.875 tokens/s, so 469 output
-    # tokens hold a slot for 10.005 s -> 3 steps of 5 s (ceil), freeing at t=15.
+    # tokens hold a slot for 10.00533 s = 2.001067 steps of 5 s: full in steps 0 and 1, a
+    # 0.001067 share of step 2. In step 2 the freed slot-time (512 x 0.998933 = 511.454)
+    # admits the 88, spread over the step at 511.454 / 5 s a second (when in the step a slot
+    # frees is not tracked).
     settings = SimSettings(step_s=5.0, tick_s=5.0)
     serving = Serving(burst(600, prompt_tokens=10, output_tokens=469), settings, n_steps=20)
     views = [serving.step(k, prefill_gangs=1, decode_gangs=1) for k in range(4)]
-    assert [v.decode_running for v in views] == pytest.approx([512, 512, 512, 88])
-    assert [v.decode_waiting for v in views] == pytest.approx([88, 88, 88, 0])
+    tail = 469 / 46.875 / 5 - 2
+    assert [v.decode_running for v in views] == pytest.approx([512, 512, 88 + 512 * tail, 88])
+    assert [v.decode_waiting for v in views] == pytest.approx([88, 88, 0, 0])
     ttft = serving.ttft_s()
-    assert np.all(ttft[:512] < 1.0)
-    assert ttft[512:] == pytest.approx(15.0)
+    # prefill of request i ends at (i + 1) * 10 / 40,000 s; its slot was free at t=0
+    assert ttft[:512] == pytest.approx((np.arange(512) + 1) * 10 / PREFILL_PER_GANG)
+    per_s = 512 * (1 - tail) / 5
+    assert ttft[512:] == pytest.approx(10.0 + (np.arange(88) + 0.5) / per_s)
+
+
+@pytest.mark.parametrize("step_s", [1.0, 5.0])
+def test_a_decode_slot_serves_a_new_sequence_as_soon_as_one_ends(step_s: float) -> None:
+    # Outputs of 23.4375 tokens hold a slot for 0.5 s, so one gang's 512 slots admit 1,024
+    # sequences a second, whatever the step: of 10,000 waiting requests (1-token prompts,
+    # prefilled within 0.25 s) the last takes a slot in the 20th wave of 512, at 9.5 s.
+    # Admissions are spread within a step, so the simulator lands within one hold of that.
+    settings = SimSettings(step_s=step_s, tick_s=step_s)
+    serving = Serving(
+        burst(10_000, prompt_tokens=1, output_tokens=23.4375), settings, n_steps=round(60 / step_s)
+    )
+    waiting = [
+        serving.step(k, prefill_gangs=1, decode_gangs=1).decode_waiting
+        for k in range(round(15 / step_s))
+    ]
+    last_waiting_step = max(k for k, w in enumerate(waiting) if w > 0)
+    assert last_waiting_step == math.ceil(10_000 / 1_024 / step_s) - 2
+    ttft = serving.ttft_s()
+    assert ttft[-1] == pytest.approx(9.5, abs=0.3)
+    assert np.all(np.diff(ttft[512:]) >= 0)  # first come, first served
 
 
 def _cluster(**overrides: object) -> Cluster:
