@@ -10,7 +10,7 @@ tick's observation in between, as the service does; simulated time is the clock 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
@@ -29,7 +29,10 @@ from autoscaler.core.shape import GangShape, PodShape
 from autoscaler.sim.config import SimSettings
 from autoscaler.sim.controller import Action, Snapshot
 from forecasting.models import make_forecaster
+from forecasting.protocol import Forecaster
 from forecasting.series import Series
+
+ForecasterFactory = Callable[[str, float], Forecaster]
 
 NAMESPACE = "sim"
 GPU = "nvidia.com/gpu"
@@ -76,6 +79,10 @@ def default_annotations(
     return {f"gang-autoscaler.io/{k}": v for k, v in annotations.items()}
 
 
+def _default_forecaster(component: str, step_s: float) -> Forecaster:
+    return make_forecaster(step_s=step_s)
+
+
 class GangController:
     name = "gang"
     gang_scheduling = True
@@ -88,7 +95,10 @@ class GangController:
         max_gangs: Mapping[str, int],
         target_waiting: Mapping[str, float],
         duration_s: float,
+        forecaster_factory: ForecasterFactory | None = None,
     ) -> None:
+        """`forecaster_factory(component, step_s)` builds each component's forecaster; by
+        default the product's default forecaster (benchmarks pass others to compare)."""
         self.settings = settings
         self.initial = dict(initial)
         self.keys = {c: ComponentKey(NAMESPACE, f"model-{c}") for c in initial}
@@ -109,7 +119,8 @@ class GangController:
         if duration_s > LONG_TRACE_S:
             resolution_s = max(resolution_s, 300.0)  # the forecasting package's own grid
             self.refit_s = settings.gang.forecast_refit_long_s
-        self.forecasters = {c: make_forecaster(step_s=resolution_s) for c in initial}
+        factory = forecaster_factory or _default_forecaster
+        self.forecasters = {c: factory(c, resolution_s) for c in initial}
         self.seen_steps = {c: 0 for c in initial}
         self.last_fit_s: float | None = None
         # steady state at t=0: the loop has been holding the initial gangs (as the service

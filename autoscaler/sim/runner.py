@@ -6,6 +6,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -18,6 +19,9 @@ from autoscaler.sim.errors import SimulationError
 from autoscaler.sim.metrics import PolicyMetrics, measure
 from autoscaler.sim.requirement import look_ahead_max, per_step, required_gangs
 from autoscaler.sim.workload import Workload, load_servegen, load_trace, scale_requests
+
+if TYPE_CHECKING:
+    from autoscaler.sim.gang_policy import ForecasterFactory
 
 POLICIES = ("gang", "reactive", "static", "oracle")
 PEAK_WINDOW_S = 60.0
@@ -112,7 +116,11 @@ def target_waiting(workload: Workload, settings: SimSettings) -> dict[str, float
 
 
 def build_controllers(
-    workload: Workload, settings: SimSettings, policies: Sequence[str]
+    workload: Workload,
+    settings: SimSettings,
+    policies: Sequence[str],
+    *,
+    forecaster_factory: ForecasterFactory | None = None,
 ) -> list[Controller]:
     dt = settings.step_s
     n_steps = max(math.ceil(workload.duration_s / dt), 1)
@@ -138,6 +146,7 @@ def build_controllers(
                     max_gangs=max_gangs,
                     target_waiting=waiting,
                     duration_s=workload.duration_s,
+                    forecaster_factory=forecaster_factory,
                 )
             )
         elif name == "reactive":

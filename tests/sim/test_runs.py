@@ -143,6 +143,37 @@ def test_gang_policy_drives_the_real_core() -> None:
     assert all(p.reason and p.steps for p in plans)
 
 
+def test_gang_policy_plans_from_the_forecaster_it_is_given() -> None:
+    # a forecaster that always expects 1.6M prompt tokens/s: at the prefill capacity per
+    # gang (32,000 tokens/s) the forecast floor asks for 50 gangs, which the default
+    # forecaster on this calm slice never does
+    from autoscaler.sim.engine import simulate
+    from forecasting.models import make_forecaster
+    from forecasting.protocol import ForecastResult
+
+    class Expects(type(make_forecaster())):  # type: ignore[misc]
+        def forecast(self, horizon_s: float) -> ForecastResult:
+            return ForecastResult(point=1.6e6, upper=1.6e6, quantile=0.9, horizon_s=horizon_s)
+
+    workload, _, settings = _azure_conv_slice(minutes=5)
+    settings = with_quota(workload, settings)
+    built: list[str] = []
+
+    def factory(component: str, step_s: float):  # type: ignore[no-untyped-def]
+        built.append(component)
+        return Expects(step_s=step_s) if component == "prefill" else make_forecaster(step_s=step_s)
+
+    (controller,) = build_controllers(workload, settings, ["gang"], forecaster_factory=factory)
+    simulate(workload, controller, settings, progress=False)
+    assert sorted(built) == ["decode", "prefill"]
+    assert controller.last_plan is not None
+    plans = {p.key.lws: p for p in controller.last_plan.components.values()}
+    floors = {
+        p: [s.gangs for s in plan.steps if s.stage == "forecast"] for p, plan in plans.items()
+    }
+    assert floors == {"model-prefill": [50], "model-decode": []}
+
+
 def test_cli_writes_the_design_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "results.json"
     report = tmp_path / "report"
