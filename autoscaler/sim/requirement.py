@@ -8,8 +8,8 @@ starting now satisfies arrivals(window) <= c * (window + s); the slack is the SL
 (every second) and up to `long_window_s` (every 30 s) are checked: short ones for bursts,
 long ones for sustained overloads that no short window shows. Decode: enough slots for the
 sequences that would be running (in slot-time, averaged over each step) if every request got
-a slot on arrival. Unified: both on the
-same gangs, with the decode batch taking its share of prefill capacity.
+a slot on arrival. Unified: both on the same gangs, with the decode batch taking its share of
+prefill capacity.
 """
 
 from __future__ import annotations

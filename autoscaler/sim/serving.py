@@ -141,9 +141,11 @@ class Serving:
         held = self.held_steps[cohorts]
         start = np.full(cohorts.size, k)
         book_occupancy(self.occupancy_delta, start=start, sequences=share, held_steps=held)
-        # held at the start of every later step the hold reaches into
-        self.holding_delta[k + 1] += share.sum()
-        np.add.at(self.holding_delta, k + np.ceil(held).astype(np.int64), -share)
+        # held at the start of every later step the hold reaches into: from step k + 1 on,
+        # for whole steps only
+        book_occupancy(
+            self.holding_delta, start=start + 1, sequences=share, held_steps=np.ceil(held) - 1
+        )
 
     def ttft_s(self) -> np.ndarray:
         """TTFT of the middle request of every cohort, over the steps simulated so far; inf
@@ -203,11 +205,11 @@ def _invert(
 
     `curve[k]` is the cumulative amount by edge k. Within step k the curve jumps by
     `at_start[k]` (0 when None) at the step's start, then grows at most at `rates[k]` per
-    second; it may grow slower
-    because nothing more had arrived, and the callers take the max with each item's own
-    arrival time to account for that. `side="right"` finds the step in which the curve
-    first rises past a value (an item's own prefill starts only once all work ahead of it is
-    done); `side="left"` the step in which it reaches it (a slot for the item itself).
+    second; it may grow slower because nothing more had arrived, and the callers take the
+    max with each item's own arrival time to account for that. `side="right"` finds the step
+    in which the curve first rises past a value (an item's own prefill starts only once all
+    work ahead of it is done); `side="left"` the step in which it reaches it (a slot for the
+    item itself).
     """
     idx = np.searchsorted(curve[1:], values, side=side)
     out = np.full(values.shape, np.inf)

@@ -148,10 +148,11 @@ def test_gang_policy_plans_from_the_forecaster_it_is_given() -> None:
     # gang (32,000 tokens/s) the forecast floor asks for 50 gangs, which the default
     # forecaster on this calm slice never does
     from autoscaler.sim.engine import simulate
+    from forecasting.baselines import Persistence
     from forecasting.models import make_forecaster
     from forecasting.protocol import ForecastResult
 
-    class Expects(type(make_forecaster())):  # type: ignore[misc]
+    class Expects(Persistence):
         def forecast(self, horizon_s: float) -> ForecastResult:
             return ForecastResult(point=1.6e6, upper=1.6e6, quantile=0.9, horizon_s=horizon_s)
 
