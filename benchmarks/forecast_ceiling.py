@@ -11,12 +11,25 @@ cluster) is the same. The clairvoyant run is what `gang` would reach with a perf
 forecast: the gap between the two rows is forecast error; the gap between the clairvoyant
 row and `oracle` is what the policy itself costs (target utilization, balloon gangs,
 scale-down window, rate limits, reactive lag). Same defaults, scale and seed as `simulate`.
+
+A third row, `hindsight max`, asks what learning from the trace's own past could reach at
+best: it holds, at every moment, the most gangs any earlier moment of the trace needed (the
+oracle's requirement, so each of those needs is known exactly and at once), and never scales
+down. Where even that misses the SLO, the misses come from peaks larger than anything seen a
+lead time before them, which no policy that decides from the past can have capacity for.
+
+With `--envelope`, a fourth row runs `gang` with the default forecaster's point raised to a
+causal seasonal envelope: the highest demand within +-2 windows of the same time of day on
+each of the last 3 days, scaled by how the latest window compares with those days at the
+same time (clamped to 0.5-2x). It shows what buying SLO with capacity costs on traces whose
+daily steps jitter by tens of minutes.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -24,12 +37,19 @@ import numpy.typing as npt
 
 from autoscaler.commands.simulate import default_traces_dir
 from autoscaler.sim.config import load_settings
+from autoscaler.sim.controller import Action, Snapshot
 from autoscaler.sim.engine import demand_series, simulate
 from autoscaler.sim.metrics import measure
+from autoscaler.sim.requirement import required_gangs
 from autoscaler.sim.runner import build_controllers, load_workload, with_quota
 from autoscaler.sim.workload import resolve_trace
+from forecasting.grid import GridForecaster
+from forecasting.models import make_forecaster
 from forecasting.protocol import ForecastResult
-from forecasting.series import Series
+from forecasting.series import FloatArray, Series, Windows
+
+ENVELOPE_DAYS = 3
+ENVELOPE_SLACK_WINDOWS = 2
 
 
 class Clairvoyant:
@@ -61,11 +81,76 @@ class Clairvoyant:
         return ForecastResult(point=value, upper=value, quantile=0.9, horizon_s=horizon_s)
 
 
+class SeasonalEnvelope(GridForecaster):
+    """The default forecaster, its point raised to the seasonal envelope (module docstring)."""
+
+    name = "seasonal-envelope"
+
+    def __init__(self, *, step_s: float) -> None:
+        super().__init__(step_s=step_s)
+        self.inner = make_forecaster(step_s=step_s)
+
+    def fit(self, history: Series) -> None:
+        super().fit(history)
+        self.inner.fit(history)
+
+    def update(self, timestamps_s: npt.ArrayLike, values: npt.ArrayLike) -> None:
+        super().update(timestamps_s, values)
+        self.inner.update(timestamps_s, values)
+
+    def _fit_windows(self, values: FloatArray) -> None:
+        pass
+
+    def _extend_windows(self, windows: Windows) -> None:
+        pass
+
+    def _model_forecast(self, steps: int) -> tuple[float, float]:
+        base = self.inner.forecast(steps * self.step_s)
+        assert base is not None  # this class has seen the same observations
+        values = self._history.array()
+        last, season, slack = values.size - 1, self.season_windows, ENVELOPE_SLACK_WINDOWS
+        peaks, levels = [], []
+        for day in range(1, ENVELOPE_DAYS + 1):
+            target = last + steps - day * season
+            window = values[max(target - slack, 0) : min(target + slack + 1, values.size)]
+            if target - slack >= 0 and np.isfinite(window).any():
+                peaks.append(float(np.nanmax(window)))
+            then = last - day * season
+            if then >= 0 and math.isfinite(values[then]):
+                levels.append(float(values[then]))
+        observed = values[np.isfinite(values)]
+        if not peaks or not levels or observed.size == 0:
+            return base.point, base.upper
+        ratio = min(max(float(observed[-1]) / float(np.mean(levels)), 0.5), 2.0)
+        point = max(base.point, max(peaks) * ratio)
+        return point, max(point, base.upper)
+
+
+class HindsightMax:
+    """Holds the most gangs the requirement reached up to now; never scales down."""
+
+    name = "hindsight-max"
+    gang_scheduling = True
+
+    def __init__(self, requirement: Mapping[str, np.ndarray], initial: Mapping[str, int]):
+        self.initial = dict(initial)
+        self.plan = {
+            c: np.maximum(np.maximum.accumulate(r), self.initial[c]) for c, r in requirement.items()
+        }
+
+    def initial_gangs(self) -> Mapping[str, int]:
+        return self.initial
+
+    def decide(self, snapshot: Snapshot) -> Mapping[str, Action]:
+        return {c: Action(desired_gangs=int(p[snapshot.step])) for c, p in self.plan.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trace", default="servegen-m-small")
     parser.add_argument("--config", type=Path, default=None)
     parser.add_argument("--traces-dir", type=Path, default=None)
+    parser.add_argument("--envelope", action="store_true", help="add the seasonal-envelope row")
     args = parser.parse_args()
 
     settings = load_settings(args.config)
@@ -78,14 +163,24 @@ def main() -> None:
     def clairvoyant(component: str, step_s: float) -> Clairvoyant:
         return Clairvoyant(demand[component], step_s=settings.step_s)
 
+    oracle = build_controllers(workload, settings, ["oracle"])[0]
+    requirement = required_gangs(workload, settings, n_steps=n_steps)
     runs = [
         ("gang, default forecaster", build_controllers(workload, settings, ["gang"])[0]),
         (
             "gang, clairvoyant forecaster",
             build_controllers(workload, settings, ["gang"], forecaster_factory=clairvoyant)[0],
         ),
-        ("oracle", build_controllers(workload, settings, ["oracle"])[0]),
+        ("hindsight max", HindsightMax(requirement, oracle.initial_gangs())),
+        ("oracle", oracle),
     ]
+    if args.envelope:
+
+        def envelope(component: str, step_s: float) -> SeasonalEnvelope:
+            return SeasonalEnvelope(step_s=step_s)
+
+        gang = build_controllers(workload, settings, ["gang"], forecaster_factory=envelope)[0]
+        runs.insert(2, ("gang, seasonal-envelope forecaster", gang))
     metrics = {label: measure(simulate(workload, c, settings, progress=False)) for label, c in runs}
     oracle_gpu_h = metrics["oracle"].gpu_hours
     print(f"trace {args.trace}")
