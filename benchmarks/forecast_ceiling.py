@@ -36,17 +36,17 @@ import numpy as np
 import numpy.typing as npt
 
 from autoscaler.commands.simulate import default_traces_dir
+from autoscaler.sim.baselines import OracleController, PlannedController
 from autoscaler.sim.config import load_settings
-from autoscaler.sim.controller import Action, Snapshot
+from autoscaler.sim.controller import Controller
 from autoscaler.sim.engine import demand_series, simulate
 from autoscaler.sim.metrics import measure
 from autoscaler.sim.requirement import required_gangs
 from autoscaler.sim.runner import build_controllers, load_workload, with_quota
 from autoscaler.sim.workload import resolve_trace
-from forecasting.grid import GridForecaster
-from forecasting.models import make_forecaster
 from forecasting.protocol import ForecastResult
-from forecasting.series import FloatArray, Series, Windows
+from forecasting.series import Series
+from forecasting.state_space import DailyStateSpace
 
 ENVELOPE_DAYS = 3
 ENVELOPE_SLACK_WINDOWS = 2
@@ -81,32 +81,14 @@ class Clairvoyant:
         return ForecastResult(point=value, upper=value, quantile=0.9, horizon_s=horizon_s)
 
 
-class SeasonalEnvelope(GridForecaster):
-    """The default forecaster, its point raised to the seasonal envelope (module docstring)."""
+class SeasonalEnvelope(DailyStateSpace):
+    """The default (daily state-space) model, its point raised to the seasonal envelope
+    (module docstring); when the model is unavailable, persistence stands in unraised."""
 
     name = "seasonal-envelope"
 
-    def __init__(self, *, step_s: float) -> None:
-        super().__init__(step_s=step_s)
-        self.inner = make_forecaster(step_s=step_s)
-
-    def fit(self, history: Series) -> None:
-        super().fit(history)
-        self.inner.fit(history)
-
-    def update(self, timestamps_s: npt.ArrayLike, values: npt.ArrayLike) -> None:
-        super().update(timestamps_s, values)
-        self.inner.update(timestamps_s, values)
-
-    def _fit_windows(self, values: FloatArray) -> None:
-        pass
-
-    def _extend_windows(self, windows: Windows) -> None:
-        pass
-
     def _model_forecast(self, steps: int) -> tuple[float, float]:
-        base = self.inner.forecast(steps * self.step_s)
-        assert base is not None  # this class has seen the same observations
+        point, upper = super()._model_forecast(steps)
         values = self._history.array()
         last, season, slack = values.size - 1, self.season_windows, ENVELOPE_SLACK_WINDOWS
         peaks, levels = [], []
@@ -120,29 +102,21 @@ class SeasonalEnvelope(GridForecaster):
                 levels.append(float(values[then]))
         observed = values[np.isfinite(values)]
         if not peaks or not levels or observed.size == 0:
-            return base.point, base.upper
+            return point, upper
         ratio = min(max(float(observed[-1]) / float(np.mean(levels)), 0.5), 2.0)
-        point = max(base.point, max(peaks) * ratio)
-        return point, max(point, base.upper)
+        point = max(point, max(peaks) * ratio)
+        return point, max(point, upper)
 
 
-class HindsightMax:
-    """Holds the most gangs the requirement reached up to now; never scales down."""
-
-    name = "hindsight-max"
-    gang_scheduling = True
-
-    def __init__(self, requirement: Mapping[str, np.ndarray], initial: Mapping[str, int]):
-        self.initial = dict(initial)
-        self.plan = {
-            c: np.maximum(np.maximum.accumulate(r), self.initial[c]) for c, r in requirement.items()
-        }
-
-    def initial_gangs(self) -> Mapping[str, int]:
-        return self.initial
-
-    def decide(self, snapshot: Snapshot) -> Mapping[str, Action]:
-        return {c: Action(desired_gangs=int(p[snapshot.step])) for c, p in self.plan.items()}
+def hindsight_max(oracle: OracleController, requirement: Mapping[str, np.ndarray]) -> Controller:
+    """Holds the most gangs the requirement reached up to now, never scaling down; starts
+    where every policy starts (the oracle's first step)."""
+    plan = {
+        c: np.maximum(np.maximum.accumulate(r), oracle.plan[c][0]) for c, r in requirement.items()
+    }
+    controller = PlannedController(plan)
+    controller.name = "hindsight-max"
+    return controller
 
 
 def main() -> None:
@@ -164,6 +138,7 @@ def main() -> None:
         return Clairvoyant(demand[component], step_s=settings.step_s)
 
     oracle = build_controllers(workload, settings, ["oracle"])[0]
+    assert isinstance(oracle, OracleController)
     requirement = required_gangs(workload, settings, n_steps=n_steps)
     runs = [
         ("gang, default forecaster", build_controllers(workload, settings, ["gang"])[0]),
@@ -171,7 +146,7 @@ def main() -> None:
             "gang, clairvoyant forecaster",
             build_controllers(workload, settings, ["gang"], forecaster_factory=clairvoyant)[0],
         ),
-        ("hindsight max", HindsightMax(requirement, oracle.initial_gangs())),
+        ("hindsight max", hindsight_max(oracle, requirement)),
         ("oracle", oracle),
     ]
     if args.envelope:

@@ -38,20 +38,29 @@ class StaticController:
         return {c: Action(desired_gangs=n) for c, n in self.gangs.items()}
 
 
-class OracleController:
-    name = "oracle"
+class PlannedController:
+    """Follows gangs per component per step fixed before the run; starts at step 0's."""
+
+    name = "planned"
     gang_scheduling = True
 
-    def __init__(self, requirement: Mapping[str, np.ndarray], *, lead_steps: int) -> None:
-        from autoscaler.sim.requirement import look_ahead_max
-
-        self.plan = {c: look_ahead_max(r, lead_steps) for c, r in requirement.items()}
+    def __init__(self, plan: Mapping[str, np.ndarray]) -> None:
+        self.plan = dict(plan)
 
     def initial_gangs(self) -> Mapping[str, int]:
         return {c: int(p[0]) for c, p in self.plan.items()}
 
     def decide(self, snapshot: Snapshot) -> Mapping[str, Action]:
         return {c: Action(desired_gangs=int(p[snapshot.step])) for c, p in self.plan.items()}
+
+
+class OracleController(PlannedController):
+    name = "oracle"
+
+    def __init__(self, requirement: Mapping[str, np.ndarray], *, lead_steps: int) -> None:
+        from autoscaler.sim.requirement import look_ahead_max
+
+        super().__init__({c: look_ahead_max(r, lead_steps) for c, r in requirement.items()})
 
 
 class ReactiveController:
