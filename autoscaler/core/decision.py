@@ -35,7 +35,7 @@ from autoscaler.core.model import (
 )
 from autoscaler.core.partial_gangs import GangAges, classify
 from autoscaler.core.policy import Policy, PolicyProblem, deployment_key, validate_deployment
-from autoscaler.core.reactive import DEFAULT_TOLERANCE, reactive_proposal
+from autoscaler.core.reactive import DEFAULT_TOLERANCE, demand_proposal, reactive_proposal
 from autoscaler.core.stabilization import (
     limit_scale_up,
     prune_proposals,
@@ -115,6 +115,17 @@ def _draft(
     )
     draft.step("reactive", proposal.gangs, proposal.reason, proposal.detail)
     draft.reason = proposal.reason  # the first stage speaks even when it changes nothing
+
+    # Step 1, the demand signal (only raises, as the forecast floor does).
+    if capacity is not None and not proposal.no_data:
+        wanted = demand_proposal(obs, capacity, tolerance=tolerance)
+        if wanted is not None and wanted > max(draft.gangs, current):
+            draft.step(
+                "demand",
+                wanted,
+                Reason.SCALE_UP_DEMAND,
+                f"demand {obs.signals.demand:g} now at {capacity:g} per gang",
+            )
 
     # Step 2: forecast floor (skipped when no signal at all could be read).
     if policy.forecast and forecast is not None and capacity is not None and not proposal.no_data:

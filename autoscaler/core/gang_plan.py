@@ -22,6 +22,7 @@ class Reason(enum.StrEnum):
     SCALE_UP_KV_CACHE = "scale_up_kv_cache"
     SCALE_DOWN_WAITING = "scale_down_waiting"
     SCALE_DOWN_KV_CACHE = "scale_down_kv_cache"
+    SCALE_UP_DEMAND = "scale_up_demand"
     WITHIN_TOLERANCE = "within_tolerance"
     # holds
     HOLD_MISSING_DATA = "hold_missing_data"

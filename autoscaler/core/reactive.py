@@ -124,3 +124,25 @@ def reactive_proposal(
             usage_ratio=top_ratio,
         )
     return Proposal(gangs, reason, detail, partial_data=bool(missing), usage_ratio=top_ratio)
+
+
+def demand_proposal(
+    obs: ComponentObservation, capacity: float, *, tolerance: float = DEFAULT_TOLERANCE
+) -> int | None:
+    """Gangs the demand signal proposes: the same rule with the capacity per gang as the
+    target, so `ceil(demand / capacity)` outside the tolerance band. None without a reading.
+
+    The queue and the KV cache saturate and say only "more"; the arrival rate says how much
+    more, which is why the decision lets it raise (never lower) the reactive proposal.
+    """
+    demand = obs.signals.demand
+    if demand is None or capacity <= 0:
+        return None
+    gangs, _ = _signal_proposal(
+        total=demand,
+        ready_gangs=obs.ready_gangs,
+        target_per_gang=capacity,
+        current_gangs=obs.spec_gangs,
+        tolerance=tolerance,
+    )
+    return gangs

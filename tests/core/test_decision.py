@@ -189,6 +189,53 @@ def test_forecast_floor(fc, pol, expected_gangs, expected_reason):
     assert result.reason is expected_reason
 
 
+@pytest.mark.parametrize(
+    ("component", "pol", "expected_gangs", "expected_reason"),
+    [
+        pytest.param(
+            # the queue is at target and the KV cache below it; the arrivals need 5 gangs
+            obs(ready=2, waiting=8, kv=0.78, demand=4_500),
+            policy(capacity_per_replica=1000, max_scale_up=5),
+            5,
+            Reason.SCALE_UP_DEMAND,
+            id="demand-says-how-many-more",
+        ),
+        pytest.param(
+            obs(ready=2, waiting=8, kv=0.78, demand=2_150),
+            policy(capacity_per_replica=1000),
+            2,
+            Reason.WITHIN_TOLERANCE,
+            id="demand-within-tolerance-holds",
+        ),
+        pytest.param(
+            obs(ready=4, waiting=0, kv=0.1, demand=500, spec=4),
+            policy(capacity_per_replica=1000, scale_down_window="0s"),
+            1,
+            Reason.SCALE_DOWN_KV_CACHE,
+            id="low-demand-does-not-hold-a-scale-down",
+        ),
+        pytest.param(
+            obs(ready=2, waiting=8, kv=0.78, demand=9_000),
+            policy(),
+            2,
+            Reason.WITHIN_TOLERANCE,
+            id="no-capacity-known-no-demand-step",
+        ),
+        pytest.param(
+            obs(ready=2, waiting=None, kv=None, demand=9_000),
+            policy(capacity_per_replica=1000),
+            2,
+            Reason.HOLD_MISSING_DATA,
+            id="no-load-signal-holds-whatever-the-demand",
+        ),
+    ],
+)
+def test_demand_step(component, pol, expected_gangs, expected_reason):
+    result, _ = decide(component, pol)
+    assert result.desired_gangs == expected_gangs
+    assert result.reason is expected_reason
+
+
 def test_capacity_is_learned_while_saturated_and_used_for_the_floor():
     # 2 ready gangs at 1.5x the queue target while 3000 tokens/s arrive: one gang serves
     # about 3000 / 2 / 1.5 = 1000 tokens/s at target.
