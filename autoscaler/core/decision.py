@@ -1,6 +1,7 @@
 """The decision: observations + policies + forecasts + memory + now -> plan + memory.
 
-`plan` runs DESIGN section 4 in order: reactive proposal, forecast floor, stabilization and
+`plan` runs DESIGN section 4 in order: reactive proposal (queue, KV cache, then the
+demand signal, which may only raise it), forecast floor, stabilization and
 rate limit, bounds, deployment coupling, fit on the cluster, partial gangs, buffer. It is a
 pure function: no I/O, no clock, no randomness; the same inputs give the same plan. Every
 number it returns carries a `Reason`, and `steps` records each stage for `/decisions`.
