@@ -30,6 +30,7 @@ from autoscaler.adapters.prometheus_http import (
     PrometheusUnavailable,
 )
 from autoscaler.adapters.prometheus_queries import PrometheusQueries
+from autoscaler.adapters.prometheus_restore import RestoredCapacity, restore_learned_capacity
 from autoscaler.core.model import Component, ComponentKey, Signals
 
 __all__ = ["ComponentTarget", "PrometheusQueries", "PrometheusSource", "PrometheusStats"]
@@ -148,6 +149,13 @@ class PrometheusSource:
         return await backfill_demand(
             self.http, self.queries, components, end_s=end_s, days=days, step_s=step_s
         )
+
+    async def restore_learned_capacity(
+        self, *, lookback_s: float
+    ) -> dict[ComponentKey, RestoredCapacity]:
+        """Learned capacities a previous instance exported (see `prometheus_restore`);
+        raises PrometheusUnavailable."""
+        return await asyncio.to_thread(restore_learned_capacity, self.http, lookback_s=lookback_s)
 
     def _instant_outcome(self, name: str, query: str, *, deadline: float) -> QueryOutcome:
         """One query, parsed, on a worker thread (parsing 800 rows is not for the loop)."""

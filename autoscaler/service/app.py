@@ -37,6 +37,7 @@ from autoscaler.adapters.kube_errors import KubeAdapterError
 from autoscaler.adapters.leader_election import LeaderElector
 from autoscaler.adapters.prometheus_source import PrometheusSource
 from autoscaler.core.policy import PREFIX
+from autoscaler.service.capacity_restore import CapacityRestore
 from autoscaler.service.control_loop import ControlLoop
 from autoscaler.service.decisions_view import decisions_view
 from autoscaler.service.forecasts import (
@@ -164,10 +165,13 @@ class Service:
             refit_interval_s=refit_interval_s,
             backfill_days=settings.backfill_days,
         )
+        # The learned capacity is looked up over the same days as the demand history.
+        self.capacity_restore = CapacityRestore(lookback_s=settings.backfill_days * 86_400)
         self.loop = ControlLoop(
             kube=self.kube,
             prometheus=self.prometheus,
             forecasts=self.forecasts,
+            capacity_restore=self.capacity_restore,
             metrics=self.metrics,
             is_leader=self.is_leader,
             on_became_leader=self._became_leader,
@@ -255,6 +259,7 @@ class Service:
             await self.elector.stop(release=release_lease)
         self.metrics.set_leader(False)
         await self.forecasts.close()
+        await self.capacity_restore.close()
         await self.kube.close()
         await self.http.stop()
         self.prometheus.close()

@@ -45,6 +45,7 @@ from autoscaler.core.model import (
     Signals,
 )
 from autoscaler.core.policy import Policy, deployment_key
+from autoscaler.service.capacity_restore import CapacityRestore
 from autoscaler.service.forecasts import DemandForecasts
 from autoscaler.service.metrics import ComponentLabels, ServiceMetrics
 
@@ -168,6 +169,7 @@ class ControlLoop:
         kube: KubeAdapter,
         prometheus: PrometheusSource,
         forecasts: DemandForecasts,
+        capacity_restore: CapacityRestore,
         metrics: ServiceMetrics,
         is_leader: Callable[[], bool],
         on_became_leader: Callable[[float], Awaitable[None]],
@@ -178,6 +180,7 @@ class ControlLoop:
         self._kube = kube
         self._prometheus = prometheus
         self._forecasts = forecasts
+        self._capacity_restore = capacity_restore
         self._metrics = metrics
         self._is_leader = is_leader
         self._on_became_leader = on_became_leader
@@ -275,6 +278,7 @@ class ControlLoop:
         self._forecasts.start_backfill(
             self._prometheus, [(t.key, t.component) for t in targets], now_s=now_s
         )
+        self._capacity_restore.start(self._prometheus, [t.key for t in targets], now_s=now_s)
         signals = await self._prometheus.observe(targets)
         parts["signals"] = signals
         if any(s.missing_reasons for s in signals.values()):
@@ -310,6 +314,7 @@ class ControlLoop:
         parts["phase"] = "plan"
         observations = state.observations(signals)
         self.memory = seed_memory(self.memory, observations, now_s=now_s)
+        self.memory = self._capacity_restore.apply(self.memory)
         gang_plan, self.memory = plan_isolated(
             observations,
             policies,
@@ -401,6 +406,7 @@ class ControlLoop:
                 desired_balloon_gangs=plan.balloon_gangs,
                 demand=sig.demand,
                 capacity_per_gang=plan.capacity_per_gang,
+                learned_capacity_per_gang=self.memory.of(key).learned_capacity_per_gang,
                 forecast_demand=forecast.point if forecast else None,
                 forecast_demand_upper=forecast.upper if forecast else None,
             )

@@ -18,6 +18,11 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
+from autoscaler.adapters.prometheus_restore import (
+    LEARNED_CAPACITY_METRIC,
+    LEARNED_CAPACITY_REPORTED_METRIC,
+)
+
 PREFIX = "gang_autoscaler_"
 
 COMPONENT_LABELS: tuple[str, ...] = ("namespace", "deployment", "component")
@@ -123,6 +128,21 @@ class ServiceMetrics:
             COMPONENT_LABELS,
             registry=r,
         )
+        # Labelled like component_info: a restarted instance maps it back to its LWS.
+        self.learned_capacity_per_gang = Gauge(
+            LEARNED_CAPACITY_METRIC,
+            "Capacity per gang the component learned from its saturated throughput (absent "
+            "until learned); a restarted instance reads it back from Prometheus.",
+            [*COMPONENT_LABELS, "lws"],
+            registry=r,
+        )
+        self.learned_capacity_reported = Gauge(
+            LEARNED_CAPACITY_REPORTED_METRIC,
+            "Unix time this instance last reported learned_capacity_per_gang; tells a "
+            "restarted instance which of several instances' series is the newest.",
+            [*COMPONENT_LABELS, "lws"],
+            registry=r,
+        )
         self.forecast_demand = Gauge(
             PREFIX + "forecast_demand",
             "Forecast point of demand one lead time ahead; same unit as demand.",
@@ -196,6 +216,7 @@ class ServiceMetrics:
         desired_balloon_gangs: int | None,
         demand: float | None,
         capacity_per_gang: float | None,
+        learned_capacity_per_gang: float | None,
         forecast_demand: float | None,
         forecast_demand_upper: float | None,
     ) -> None:
@@ -214,6 +235,12 @@ class ServiceMetrics:
             (self.forecast_demand_upper, forecast_demand_upper),
         ):
             _set_or_remove(gauge, labels.values(), value)
+        with_lws = (*labels.values(), labels.lws)
+        _set_or_remove(self.learned_capacity_per_gang, with_lws, learned_capacity_per_gang)
+        if learned_capacity_per_gang is None:
+            _remove(self.learned_capacity_reported, with_lws)
+        else:
+            self.learned_capacity_reported.labels(*with_lws).set_to_current_time()
 
     def count_decision(self, labels: ComponentLabels, *, reason: str) -> None:
         self.decisions.labels(*labels.values(), reason).inc()
@@ -227,6 +254,8 @@ class ServiceMetrics:
         """Drop the gauges of a component that is gone (or that this standby does not own).
         Counters stay: their history is what `increase()` reads."""
         _remove(self.component_info, (*labels.values(), labels.lws))
+        _remove(self.learned_capacity_per_gang, (*labels.values(), labels.lws))
+        _remove(self.learned_capacity_reported, (*labels.values(), labels.lws))
         for gauge in (
             self.current_gangs,
             self.desired_gangs,

@@ -29,6 +29,7 @@ def _observe(metrics: ServiceMetrics, **overrides: float | None) -> None:
         "desired_balloon_gangs": 2,
         "demand": 1200.0,
         "capacity_per_gang": 500.0,
+        "learned_capacity_per_gang": 480.0,
         "forecast_demand": 1500.0,
         "forecast_demand_upper": 2100.0,
     }
@@ -48,14 +49,17 @@ def test_component_gauges_carry_namespace_deployment_component() -> None:
     assert samples[("gang_autoscaler_forecast_demand_upper", LABELS)] == 2100.0
     info = LABELS | {("lws", "llama-d")}
     assert samples[("gang_autoscaler_component_info", info)] == 1
+    # the learned capacity names its LWS: a restarted instance maps it back from Prometheus
+    assert samples[("gang_autoscaler_learned_capacity_per_gang", info)] == 480.0
 
 
 def test_missing_value_removes_the_series_instead_of_reporting_zero() -> None:
     metrics = ServiceMetrics()
     _observe(metrics)
-    _observe(metrics, forecast_demand=None, demand=None)
+    _observe(metrics, forecast_demand=None, demand=None, learned_capacity_per_gang=None)
     samples = _samples(metrics)
     assert ("gang_autoscaler_forecast_demand", LABELS) not in samples
+    assert not [name for name, _ in samples if name.startswith("gang_autoscaler_learned")]
     assert ("gang_autoscaler_demand", LABELS) not in samples
     assert samples[("gang_autoscaler_ready_gangs", LABELS)] == 2
 
@@ -67,6 +71,7 @@ def test_forget_component_drops_gauges_and_keeps_counters() -> None:
     metrics.forget_component(DECODE)
     samples = _samples(metrics)
     assert not [name for name, _ in samples if name.endswith("_gangs")]
+    assert not [name for name, _ in samples if name.endswith("_per_gang")]
     decision = LABELS | {("reason", "scale_up_waiting")}
     assert samples[("gang_autoscaler_decisions_total", decision)] == 1
 

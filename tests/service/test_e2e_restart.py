@@ -1,0 +1,125 @@
+"""End to end: a restarted service gets back the capacity per gang its predecessor learned,
+through Prometheus scraping the predecessor's `/metrics`, while the load is too light to
+learn it again."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from tests.harness.fake_kube import FakeKube
+from tests.harness.prometheus_server import ScrapeTarget
+from tests.service.conftest import Live
+from tests.service.stack import (
+    DECODE,
+    PREFILL,
+    TEST_QUERIES,
+    Running,
+    pd_manifests,
+    settings_for,
+    start_service,
+    wait_until,
+)
+
+pytestmark = pytest.mark.prometheus
+
+NS = "restart"
+NO_BUFFER = {"gang-autoscaler.io/min-buffer": "0", "gang-autoscaler.io/max-buffer": "0"}
+PREFILL_LABELS = {"namespace": NS, "deployment": "llama", "component": "prefill"}
+
+
+async def prefill_capacity(running: Running) -> float | None:
+    _, body = await running.get("/decisions")
+    plan = body["components"].get(f"{NS}/{PREFILL}", {}).get("plan")
+    return plan["capacity_per_gang"] if plan else None
+
+
+async def test_a_restart_restores_the_learned_capacity(kube: FakeKube, live: Live) -> None:
+    kube.add_namespace(NS)
+    for manifest in pd_manifests(NS, {PREFILL: NO_BUFFER, DECODE: NO_BUFFER}):
+        kube.apply(manifest)
+    # Near the KV-cache target (0.8): within tolerance, and loaded enough to learn from.
+    live.exporter.set_lws(
+        namespace=NS, lws=PREFILL, waiting=0, kv_usage_fraction=0.76, prompt_tokens_per_s=5000
+    )
+    live.exporter.set_lws(namespace=NS, lws=DECODE, waiting=1, kv_usage_fraction=0.5)
+    vllm_targets = live.exporter.targets()
+    first = await start_service(kube, settings_for(live.prometheus.url))
+    second: Running | None = None
+    try:
+        await asyncio.to_thread(
+            live.prometheus.set_targets,
+            [*vllm_targets, ScrapeTarget(f"127.0.0.1:{first.service.http.port}")],
+        )
+        series = f'gang_autoscaler_learned_capacity_per_gang{{namespace="{NS}",lws="{PREFILL}"}}'
+
+        async def scraped() -> bool:
+            return bool(await asyncio.to_thread(live.prometheus.query, series))
+
+        await wait_until(
+            scraped,
+            timeout_s=30,
+            what="Prometheus to scrape the learned capacity",
+        )
+        learned = await first.metric(
+            "gang_autoscaler_learned_capacity_per_gang", **PREFILL_LABELS, lws=PREFILL
+        )
+        assert learned is not None and learned > 0
+        await first.close()
+
+        # Far below the target: nothing can be learned now, only restored.
+        live.exporter.set_lws(namespace=NS, lws=PREFILL, kv_usage_fraction=0.3)
+        await asyncio.to_thread(live.prometheus.set_targets, vllm_targets)
+        kv_query = TEST_QUERIES.instant_queries()["kv_cache"]
+
+        async def light() -> bool:
+            rows = await asyncio.to_thread(live.prometheus.query, kv_query)
+            ours = [
+                float(row["value"][1])  # type: ignore[index]
+                for row in rows
+                if row["metric"]["namespace"] == NS  # type: ignore[index]
+                and str(row["metric"]["pod"]).startswith(PREFILL)  # type: ignore[index]
+            ]
+            return bool(ours) and max(ours) <= 0.3
+
+        await wait_until(light, timeout_s=15, what="Prometheus to see the light load")
+        second = await start_service(kube, settings_for(live.prometheus.url))
+        await wait_until(
+            lambda: second is not None and second.service.loop.ticks >= 2,
+            timeout_s=10,
+            what="ticks",
+        )
+
+        async def restored() -> bool:
+            assert second is not None
+            return await prefill_capacity(second) is not None
+
+        await wait_until(restored, timeout_s=15, what="the learned capacity to be restored")
+        # The value drifts only while learning; the last one exported is what comes back.
+        answer = await asyncio.to_thread(live.prometheus.query, f"last_over_time({series}[1h])")
+        last_exported = float(answer[0]["value"][1])  # type: ignore[index]
+        assert await prefill_capacity(second) == pytest.approx(last_exported)
+        await wait_until(second.service.is_leader, timeout_s=10, what="the new instance to lead")
+        await wait_until(
+            lambda: (
+                second is not None
+                and second.service.loop.last is not None
+                and second.service.loop.last.leader
+            ),
+            timeout_s=5,
+            what="a tick as the leader",
+        )
+        assert await second.metric(
+            "gang_autoscaler_learned_capacity_per_gang", **PREFILL_LABELS, lws=PREFILL
+        ) == pytest.approx(last_exported)
+        # Decode never ran near its target: it has nothing to restore and learns nothing.
+        _, body = await second.get("/decisions")
+        assert body["components"][f"{NS}/{DECODE}"]["plan"]["capacity_per_gang"] is None
+    finally:
+        if live.prometheus.running:
+            await asyncio.to_thread(live.prometheus.set_targets, vllm_targets)
+        if second is not None:
+            await second.close()
+        if first.task is not None and not first.task.done():
+            await first.close()
