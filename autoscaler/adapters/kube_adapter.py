@@ -24,6 +24,7 @@ from kubernetes_asyncio import client
 from autoscaler.adapters.balloons import ensure_priority_class
 from autoscaler.adapters.kube_apply import Actuator, ApplyReport
 from autoscaler.adapters.kube_cache import WatchCache
+from autoscaler.adapters.kube_discovery import ParseCache
 from autoscaler.adapters.kube_errors import KubeAdapterError
 from autoscaler.adapters.kube_events import EventRecorder
 from autoscaler.adapters.kube_objects import LWS_GROUP, LWS_PLURAL, LWS_VERSION
@@ -49,6 +50,7 @@ class KubeAdapter:
     ) -> None:
         self._namespaces = frozenset(namespaces) if namespaces else None
         self._default_annotations = dict(default_annotations or {})
+        self._parse_cache = ParseCache()
         self._can_grow = can_grow
         core = client.CoreV1Api(api_client)
         custom = client.CustomObjectsApi(api_client)
@@ -109,6 +111,7 @@ class KubeAdapter:
             namespaces=self._namespaces,
             can_grow=self._can_grow,
             default_annotations=self._default_annotations,
+            parse_cache=self._parse_cache,
         )
 
     async def repair_balloons(self, *, now_s: float) -> tuple[str, ...]:

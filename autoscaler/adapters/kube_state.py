@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from autoscaler.adapters.balloons import shape_digest, whole_balloon_gangs
 from autoscaler.adapters.capacity import cluster_observation, is_balloon
 from autoscaler.adapters.gang_state import gang_statuses, ready_leader_pods
-from autoscaler.adapters.kube_discovery import DiscoveredComponent, discover
+from autoscaler.adapters.kube_discovery import DiscoveredComponent, ParseCache, discover
 from autoscaler.adapters.kube_objects import (
     BALLOON_FOR_LABEL,
     LWS_NAME_LABEL,
@@ -94,6 +94,7 @@ def build_state(
     namespaces: Collection[str] | None = None,
     can_grow: bool = True,
     default_annotations: Mapping[str, str] | None = None,
+    parse_cache: ParseCache | None = None,
 ) -> KubeState:
     pod_list = list(pods)
     by_lws: dict[tuple[str, str], list[Obj]] = {}
@@ -108,7 +109,10 @@ def build_state(
             )
     components: dict[ComponentKey, ComponentState] = {}
     for key, found in discover(
-        lws_objects, namespaces=namespaces, default_annotations=default_annotations
+        lws_objects,
+        namespaces=namespaces,
+        default_annotations=default_annotations,
+        cache=parse_cache,
     ).items():
         lws_pods = by_lws.get((key.namespace, key.lws), [])
         balloons = tuple(balloons_by_lws.get((key.namespace, key.lws), ()))

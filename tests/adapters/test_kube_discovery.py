@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from autoscaler.adapters.kube_discovery import discover
+import copy
+
+from autoscaler.adapters.kube_discovery import ParseCache, discover
 from autoscaler.adapters.kube_state import build_state
 from autoscaler.core.model import ComponentKey, GangState
 from tests.adapters.kube_fixtures import gpu_node, lws_pod, vllm_lws
@@ -74,3 +76,66 @@ def test_operator_defaults_apply_where_the_lws_sets_nothing():
     decode = found[ComponentKey("serving", "llama-decode")].policy
     assert (prefill.min_buffer, prefill.max_buffer) == (1, 4)
     assert (decode.min_buffer, decode.max_buffer) == (1, 3)  # the annotation wins
+
+
+PREFILL = ComponentKey("serving", "llama-prefill")
+DECODE = ComponentKey("serving", "llama-decode")
+
+
+def _bump(lws, version, **annotations):
+    lws = copy.deepcopy(lws)
+    lws["metadata"]["resourceVersion"] = version
+    lws["metadata"]["annotations"].update(annotations)
+    return lws
+
+
+def test_the_parse_cache_parses_each_object_version_once():
+    cache = ParseCache()
+    objects = _pd()
+    first = discover(objects, cache=cache)
+    again = discover(objects, cache=cache)
+    assert (cache.misses, cache.hits, len(cache)) == (2, 2, 2)
+    assert again == first
+
+    # a new version is parsed again and the old one forgotten
+    prefill, decode = objects
+    bigger = _bump(prefill, "11", **{"gang-autoscaler.io/max-replicas": "9"})
+    found = discover([bigger, decode], cache=cache)
+    assert found[PREFILL].policy.max_replicas == 9
+    assert (cache.misses, len(cache)) == (3, 2)
+
+    # a deleted object leaves the cache
+    discover([bigger], cache=cache)
+    assert len(cache) == 1
+
+
+def test_the_parse_cache_keeps_no_deployment_problem_of_an_earlier_call():
+    cache = ParseCache()
+    prefill, decode = _pd()
+    broken = _bump(decode, "11", **{"gang-autoscaler.io/max-replicas": "lots"})
+    held = discover([prefill, broken], cache=cache)
+    assert not held[PREFILL].usable  # held for its partner's sake
+    fixed = _bump(decode, "12")
+    found = discover([prefill, fixed], cache=cache)
+    assert cache.hits == 1  # prefill's own parse was reused...
+    assert found[PREFILL].usable and found[PREFILL].problems == ()  # ...without the problem
+
+
+def test_objects_without_a_version_are_parsed_every_time():
+    cache = ParseCache()
+    objects = _pd()
+    for lws in objects:
+        del lws["metadata"]["resourceVersion"]
+    discover(objects, cache=cache)
+    discover(objects, cache=cache)
+    assert (cache.hits, cache.misses, len(cache)) == (0, 0, 0)
+
+
+def test_operator_defaults_are_part_of_the_cache_key():
+    cache = ParseCache()
+    objects = _pd()
+    discover(objects, cache=cache, default_annotations={"gang-autoscaler.io/max-buffer": "4"})
+    found = discover(
+        objects, cache=cache, default_annotations={"gang-autoscaler.io/max-buffer": "2"}
+    )
+    assert found[PREFILL].policy.max_buffer == 2
