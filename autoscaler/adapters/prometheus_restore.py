@@ -2,21 +2,30 @@
 
 The core learns what one gang serves only while the component runs near its target, which
 may be hours away after a restart or a leader change. The leader exports what it learned as
-`gang_autoscaler_learned_capacity_per_gang{namespace, deployment, component, lws}`; a new
-instance reads it back from Prometheus instead of waiting for the next saturation, so a
-restart does not switch off the forecast floor (as the demand back-fill keeps the forecast).
+`gang_autoscaler_learned_capacity_per_gang`; a new instance reads it back from Prometheus
+instead of waiting for the next saturation, so a restart does not switch off the forecast
+floor and the demand step (as the demand back-fill keeps the forecast).
+
+A value is only good for the object and the unit it was learned for, so each series carries
+the LWS's `lws_uid` (a deleted and recreated LWS learns afresh) and `demand_query`, a
+fingerprint of the demand query (a capacity in prompt tokens/s means nothing to a query that
+now counts requests). Only series matching both are restored.
 
 Every instance that ever led leaves its own series (scrape labels such as `pod` differ), so
-two queries are asked for every series at once: its last value, and the last value of its
-companion `..._reported_timestamp_seconds` (the wall time of that export). The most recently
-reported series of each LWS wins. A subquery over `timestamp()` would need no companion, but
-at any affordable resolution it misses a leader that lived less than one step. Values that
-are not finite and positive are ignored. The query count does not grow with the number of
-components.
+each lookup asks for every series at once: its last value, and the last value of its
+companion `..._reported_timestamp_seconds` (when that instance last reported it). The most
+recently reported series wins. A subquery over `timestamp()` would need no companion, but at
+any affordable resolution it misses a leader that lived less than one step. Lookups widen
+from the last hour to the last day to the whole lookback, each only while some wanted
+component is still not found: `last_over_time` reads every sample in its window, and a week
+of a large fleet's series is more than Prometheus loads for one query by default (50M
+samples). Values that are not finite and positive are ignored. The query count does not grow
+with the number of components.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import time
 from collections.abc import Mapping, Sequence
@@ -28,8 +37,24 @@ from autoscaler.core.model import ComponentKey
 
 LEARNED_CAPACITY_METRIC = "gang_autoscaler_learned_capacity_per_gang"
 LEARNED_CAPACITY_REPORTED_METRIC = "gang_autoscaler_learned_capacity_reported_timestamp_seconds"
+# The labels, beyond the component's, that say what a learned value is valid for.
+IDENTITY_LABELS: tuple[str, str] = ("lws_uid", "demand_query")
 VALUES_QUERY = "learned_capacity[restore]"
 WRITTEN_QUERY = "learned_capacity_written[restore]"
+WINDOWS_S: tuple[float, ...] = (3_600.0, 86_400.0)
+
+
+def demand_fingerprint(query: str) -> str:
+    """A short, stable name for a demand query's text (the `demand_query` label)."""
+    return hashlib.sha256(" ".join(query.split()).encode()).hexdigest()[:12]
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class CapacityIdentity:
+    """What a learned capacity is valid for: one LWS object and one demand query."""
+
+    lws_uid: str
+    demand_query: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,9 +65,16 @@ class RestoredCapacity:
     written_at_s: float
 
 
-def restore_queries(*, lookback_s: float) -> dict[str, str]:
-    """The two instant queries, named as the error counters and logs name them."""
-    window = f"{max(1, int(lookback_s))}s"
+def lookup_windows_s(lookback_s: float) -> tuple[float, ...]:
+    """The widening windows of the lookups, none longer than `lookback_s`."""
+    if lookback_s <= 0:
+        return ()
+    return tuple(sorted({min(w, lookback_s) for w in WINDOWS_S} | {lookback_s}))
+
+
+def restore_queries(*, window_s: float) -> dict[str, str]:
+    """The two instant queries of one lookup, named as the error counters and logs name them."""
+    window = f"{max(1, int(window_s))}s"
     return {
         VALUES_QUERY: f"last_over_time({LEARNED_CAPACITY_METRIC}[{window}])",
         WRITTEN_QUERY: f"last_over_time({LEARNED_CAPACITY_REPORTED_METRIC}[{window}])",
@@ -55,9 +87,13 @@ def _series(row: Mapping[str, Any]) -> tuple[frozenset[tuple[str, str]], float]:
 
 
 def newest_capacities(
-    values: Sequence[Mapping[str, Any]], written: Sequence[Mapping[str, Any]]
+    values: Sequence[Mapping[str, Any]],
+    written: Sequence[Mapping[str, Any]],
+    *,
+    wanted: Mapping[ComponentKey, CapacityIdentity],
 ) -> dict[ComponentKey, RestoredCapacity]:
-    """Join the two answers on their label sets; per LWS, the most recently written value.
+    """Join the two answers on their label sets; per wanted component, the most recently
+    reported value of a series with its identity.
 
     Raises KeyError, TypeError or ValueError on a malformed answer.
     """
@@ -67,11 +103,15 @@ def newest_capacities(
         labels, value = _series(row)
         at = written_at.get(labels)
         named = dict(labels)
-        if at is None or "namespace" not in named or "lws" not in named:
+        if at is None or not math.isfinite(value) or value <= 0:
             continue
-        if not math.isfinite(value) or value <= 0:
+        key = ComponentKey(named.get("namespace", ""), named.get("lws", ""))
+        identity = wanted.get(key)
+        if (
+            identity is None
+            or CapacityIdentity(named.get("lws_uid", ""), named.get("demand_query", "")) != identity
+        ):
             continue
-        key = ComponentKey(named["namespace"], named["lws"])
         previous = best.get(key)
         if previous is None or at > previous.written_at_s:
             best[key] = RestoredCapacity(capacity_per_gang=value, written_at_s=at)
@@ -79,18 +119,41 @@ def newest_capacities(
 
 
 def restore_learned_capacity(
-    http: PrometheusHttp, *, lookback_s: float
+    http: PrometheusHttp,
+    *,
+    wanted: Mapping[ComponentKey, CapacityIdentity],
+    lookback_s: float,
 ) -> dict[ComponentKey, RestoredCapacity]:
-    """Every LWS's last exported learned capacity within `lookback_s` (blocking: run it in a
-    thread). Raises PrometheusUnavailable when either query fails or answers nonsense."""
+    """The last exported learned capacity of each wanted component within `lookback_s`
+    (blocking: run it in a thread).
+
+    Raises PrometheusUnavailable when the first lookup fails or answers nonsense; when a
+    wider one fails, what the narrower ones found is returned.
+    """
+    found: dict[ComponentKey, RestoredCapacity] = {}
+    for window_s in lookup_windows_s(lookback_s):
+        missing = {k: v for k, v in wanted.items() if k not in found}
+        if not missing:
+            break
+        try:
+            found.update(_lookup(http, wanted=missing, window_s=window_s))
+        except PrometheusUnavailable:
+            if not found:
+                raise
+            break
+    return found
+
+
+def _lookup(
+    http: PrometheusHttp, *, wanted: Mapping[ComponentKey, CapacityIdentity], window_s: float
+) -> dict[ComponentKey, RestoredCapacity]:
     deadline = time.monotonic() + http.timeout_s
     answers = {
         name: http.instant(name, query, deadline=deadline)
-        for name, query in restore_queries(lookback_s=lookback_s).items()
+        for name, query in restore_queries(window_s=window_s).items()
     }
-    values, written = answers[VALUES_QUERY], answers[WRITTEN_QUERY]
     try:
-        return newest_capacities(values, written)
+        return newest_capacities(answers[VALUES_QUERY], answers[WRITTEN_QUERY], wanted=wanted)
     except (KeyError, TypeError, ValueError, IndexError) as err:
         bad = PrometheusUnavailable(VALUES_QUERY, kind="bad_response", detail=repr(err))
         http.report(bad)

@@ -30,7 +30,12 @@ from autoscaler.adapters.prometheus_http import (
     PrometheusUnavailable,
 )
 from autoscaler.adapters.prometheus_queries import PrometheusQueries
-from autoscaler.adapters.prometheus_restore import RestoredCapacity, restore_learned_capacity
+from autoscaler.adapters.prometheus_restore import (
+    CapacityIdentity,
+    RestoredCapacity,
+    demand_fingerprint,
+    restore_learned_capacity,
+)
 from autoscaler.core.model import Component, ComponentKey, Signals
 
 __all__ = ["ComponentTarget", "PrometheusQueries", "PrometheusSource", "PrometheusStats"]
@@ -150,12 +155,21 @@ class PrometheusSource:
             self.http, self.queries, components, end_s=end_s, days=days, step_s=step_s
         )
 
+    def demand_fingerprint(self, component: Component) -> str:
+        """The `demand_query` label of a learned capacity measured with this component's
+        demand query."""
+        return demand_fingerprint(
+            self.queries.instant_queries()[self.queries.demand_query_name(component)]
+        )
+
     async def restore_learned_capacity(
-        self, *, lookback_s: float
+        self, *, wanted: Mapping[ComponentKey, CapacityIdentity], lookback_s: float
     ) -> dict[ComponentKey, RestoredCapacity]:
-        """Learned capacities a previous instance exported (see `prometheus_restore`);
-        raises PrometheusUnavailable."""
-        return await asyncio.to_thread(restore_learned_capacity, self.http, lookback_s=lookback_s)
+        """Learned capacities a previous instance exported for these components and
+        identities (see `prometheus_restore`); raises PrometheusUnavailable."""
+        return await asyncio.to_thread(
+            restore_learned_capacity, self.http, wanted=wanted, lookback_s=lookback_s
+        )
 
     def _instant_outcome(self, name: str, query: str, *, deadline: float) -> QueryOutcome:
         """One query, parsed, on a worker thread (parsing 800 rows is not for the loop)."""

@@ -1,11 +1,12 @@
 """Learned capacities read back from Prometheus into the decision memory after a restart.
 
-When a component is first seen, a background task asks Prometheus for the learned capacity
-per gang the previous leader exported (`adapters.prometheus_restore`); the tick never waits
-for it. A value found is put into the memory of a component that has not learned its own
-since (a live sample always wins), once. If Prometheus cannot answer, the components are
-asked about again after `retry_interval_s`; a component without an exported value learns
-afresh, as it would have without this.
+When a component is first seen (or its LWS was recreated, or its demand query changed), a
+background task asks Prometheus for the learned capacity per gang a previous leader exported
+for that LWS object and demand query (`adapters.prometheus_restore`); the tick never waits
+for it. A value found is put, once, into the memory of a component that has not learned its
+own since (a live sample always wins) and still has the identity it was asked for. If
+Prometheus cannot answer, the components are asked about again after `retry_interval_s`; a
+component without an exported value learns afresh, as it would have without this.
 """
 
 from __future__ import annotations
@@ -13,11 +14,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterable
+from collections.abc import Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
 
-from autoscaler.adapters.prometheus_restore import RestoredCapacity
+from autoscaler.adapters.prometheus_restore import CapacityIdentity, RestoredCapacity
 from autoscaler.adapters.prometheus_source import PrometheusSource
 from autoscaler.core.gang_plan import Memory
 from autoscaler.core.model import ComponentKey
@@ -33,8 +34,8 @@ class CapacityRestore:
     ) -> None:
         self.lookback_s = lookback_s
         self.retry_interval_s = retry_interval_s
-        self._asked: set[ComponentKey] = set()
-        self._found: dict[ComponentKey, RestoredCapacity] = {}
+        self._asked: dict[ComponentKey, CapacityIdentity] = {}
+        self._found: dict[ComponentKey, tuple[CapacityIdentity, RestoredCapacity]] = {}
         self._failed_at_s: float | None = None
         self._task: asyncio.Task[None] | None = None
 
@@ -47,58 +48,78 @@ class CapacityRestore:
         return self._task is not None and not self._task.done()
 
     def start(
-        self, source: PrometheusSource, keys: Iterable[ComponentKey], *, now_s: float
+        self,
+        source: PrometheusSource,
+        components: Mapping[ComponentKey, CapacityIdentity],
+        *,
+        now_s: float,
     ) -> bool:
-        """Ask, in the background, about components not asked about yet; True if it did."""
+        """Ask, in the background, about components not yet asked about with their current
+        identity; True if it did. Components that are gone are forgotten."""
+        for gone in self._asked.keys() - components.keys():
+            del self._asked[gone]
+            self._found.pop(gone, None)
         if not self.enabled or self.running:
             return False
         if self._failed_at_s is not None and now_s - self._failed_at_s < self.retry_interval_s:
             return False
-        new = {key for key in keys if key not in self._asked}
+        new = {k: v for k, v in components.items() if self._asked.get(k) != v}
         if not new:
             return False
-        self._asked |= new
-        self._task = asyncio.create_task(
-            self._restore(source, new, now_s=now_s), name="capacity-restore"
-        )
+        self._asked.update(new)
+        self._task = asyncio.create_task(self._restore(source, new), name="capacity-restore")
+        self._failed_at_s = now_s  # cleared when the lookup answers
         return True
 
     async def _restore(
-        self, source: PrometheusSource, keys: set[ComponentKey], *, now_s: float
+        self, source: PrometheusSource, wanted: dict[ComponentKey, CapacityIdentity]
     ) -> None:
         try:
-            found = await source.restore_learned_capacity(lookback_s=self.lookback_s)
+            found = await source.restore_learned_capacity(wanted=wanted, lookback_s=self.lookback_s)
         except Exception as err:  # counted by the source; a failed restore only costs time
-            self._asked -= keys
-            self._failed_at_s = now_s
+            for key, identity in wanted.items():
+                if self._asked.get(key) == identity:
+                    del self._asked[key]
             log.warning(
                 "learned capacity of %d components not restored (%s); retrying in %gs",
-                len(keys),
+                len(wanted),
                 err,
                 self.retry_interval_s,
             )
             return
         self._failed_at_s = None
-        for key in sorted(keys & found.keys()):
-            self._found[key] = found[key]
+        for key in sorted(found):
+            self._found[key] = (wanted[key], found[key])
+        none = sorted(str(k) for k in wanted.keys() - found.keys())
+        log.info(
+            "learned capacity found in Prometheus for %d of %d components%s",
+            len(found),
+            len(wanted),
+            f"; none exported for {', '.join(none[:5])}{' ...' if len(none) > 5 else ''}"
+            if none
+            else "",
+        )
 
-    def apply(self, memory: Memory) -> Memory:
-        """`memory` with every restored capacity put into a component that has none."""
+    def apply(self, memory: Memory, identities: Mapping[ComponentKey, CapacityIdentity]) -> Memory:
+        """`memory` with every restored capacity put into a component that has none and
+        still has the identity it was exported for."""
         if not self._found:
             return memory
         components = dict(memory.components)
-        for key, restored in sorted(self._found.items()):
+        for key, (identity, restored) in sorted(self._found.items()):
             current = components.get(key)
             if current is None:
                 continue  # not planned yet; kept for the tick that plans it
             del self._found[key]
+            if identities.get(key) != identity:
+                continue  # recreated or re-queried while the lookup ran; asked again
             if current.learned_capacity_per_gang is not None:
                 log.info("%s: learned its own capacity per gang; the restored one is dropped", key)
                 continue
             components[key] = replace(current, learned_capacity_per_gang=restored.capacity_per_gang)
             written = datetime.fromtimestamp(restored.written_at_s, tz=UTC).isoformat()
             log.info(
-                "%s: restored learned capacity per gang %g (exported %s)",
+                "%s: restored learned capacity per gang %g (last reported %s)",
                 key,
                 restored.capacity_per_gang,
                 written,

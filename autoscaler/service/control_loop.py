@@ -26,6 +26,7 @@ from autoscaler.adapters.kube_apply import ApplyReport
 from autoscaler.adapters.kube_errors import KubeAdapterError, NotLeader
 from autoscaler.adapters.kube_state import KubeState
 from autoscaler.adapters.lws_scaler import ScaleResult
+from autoscaler.adapters.prometheus_restore import CapacityIdentity
 from autoscaler.adapters.prometheus_source import ComponentTarget, PrometheusSource
 from autoscaler.core.decision import plan as plan_gangs
 from autoscaler.core.gang_plan import (
@@ -194,6 +195,7 @@ class ControlLoop:
         self._reported: dict[ComponentKey, ComponentLabels] = {}
         self._last_logged: dict[ComponentKey, tuple[object, ...]] = {}
         self._policy_problems_seen: set[tuple[ComponentKey, str | None, str]] = set()
+        self._identities: dict[ComponentKey, CapacityIdentity] = {}
 
     async def tick(self) -> TickRecord:
         """Run one tick; never raises except CancelledError (a shutdown)."""
@@ -278,7 +280,15 @@ class ControlLoop:
         self._forecasts.start_backfill(
             self._prometheus, [(t.key, t.component) for t in targets], now_s=now_s
         )
-        self._capacity_restore.start(self._prometheus, [t.key for t in targets], now_s=now_s)
+        # A learned capacity is valid for one LWS object and one demand query.
+        self._identities = {
+            t.key: CapacityIdentity(
+                lws_uid=state.components[t.key].discovered.uid or "",
+                demand_query=self._prometheus.demand_fingerprint(t.component),
+            )
+            for t in targets
+        }
+        self._capacity_restore.start(self._prometheus, self._identities, now_s=now_s)
         signals = await self._prometheus.observe(targets)
         parts["signals"] = signals
         if any(s.missing_reasons for s in signals.values()):
@@ -314,7 +324,7 @@ class ControlLoop:
         parts["phase"] = "plan"
         observations = state.observations(signals)
         self.memory = seed_memory(self.memory, observations, now_s=now_s)
-        self.memory = self._capacity_restore.apply(self.memory)
+        self.memory = self._capacity_restore.apply(self.memory, self._identities)
         gang_plan, self.memory = plan_isolated(
             observations,
             policies,
@@ -406,10 +416,16 @@ class ControlLoop:
                 desired_balloon_gangs=plan.balloon_gangs,
                 demand=sig.demand,
                 capacity_per_gang=plan.capacity_per_gang,
-                learned_capacity_per_gang=self.memory.of(key).learned_capacity_per_gang,
                 forecast_demand=forecast.point if forecast else None,
                 forecast_demand_upper=forecast.upper if forecast else None,
             )
+            identity = self._identities.get(key)
+            if identity is not None:
+                self._metrics.observe_learned_capacity(
+                    labels,
+                    identity=identity,
+                    value=self.memory.of(key).learned_capacity_per_gang,
+                )
             previous = self._reported.get(key)
             if previous is not None and previous != labels:
                 self._metrics.forget_component(previous)  # its deployment or kind changed

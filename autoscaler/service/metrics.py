@@ -19,8 +19,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from autoscaler.adapters.prometheus_restore import (
+    IDENTITY_LABELS,
     LEARNED_CAPACITY_METRIC,
     LEARNED_CAPACITY_REPORTED_METRIC,
+    CapacityIdentity,
 )
 
 PREFIX = "gang_autoscaler_"
@@ -128,21 +130,24 @@ class ServiceMetrics:
             COMPONENT_LABELS,
             registry=r,
         )
-        # Labelled like component_info: a restarted instance maps it back to its LWS.
+        # Labelled with what the value is valid for: a restarted instance reads it back
+        # for the same LWS object and demand query only.
+        learned_labels = [*COMPONENT_LABELS, "lws", *IDENTITY_LABELS]
         self.learned_capacity_per_gang = Gauge(
             LEARNED_CAPACITY_METRIC,
             "Capacity per gang the component learned from its saturated throughput (absent "
             "until learned); a restarted instance reads it back from Prometheus.",
-            [*COMPONENT_LABELS, "lws"],
+            learned_labels,
             registry=r,
         )
         self.learned_capacity_reported = Gauge(
             LEARNED_CAPACITY_REPORTED_METRIC,
             "Unix time this instance last reported learned_capacity_per_gang; tells a "
             "restarted instance which of several instances' series is the newest.",
-            [*COMPONENT_LABELS, "lws"],
+            learned_labels,
             registry=r,
         )
+        self._learned_series: dict[ComponentLabels, tuple[str, ...]] = {}
         self.forecast_demand = Gauge(
             PREFIX + "forecast_demand",
             "Forecast point of demand one lead time ahead; same unit as demand.",
@@ -216,7 +221,6 @@ class ServiceMetrics:
         desired_balloon_gangs: int | None,
         demand: float | None,
         capacity_per_gang: float | None,
-        learned_capacity_per_gang: float | None,
         forecast_demand: float | None,
         forecast_demand_upper: float | None,
     ) -> None:
@@ -235,12 +239,26 @@ class ServiceMetrics:
             (self.forecast_demand_upper, forecast_demand_upper),
         ):
             _set_or_remove(gauge, labels.values(), value)
-        with_lws = (*labels.values(), labels.lws)
-        _set_or_remove(self.learned_capacity_per_gang, with_lws, learned_capacity_per_gang)
-        if learned_capacity_per_gang is None:
-            _remove(self.learned_capacity_reported, with_lws)
-        else:
-            self.learned_capacity_reported.labels(*with_lws).set_to_current_time()
+
+    def observe_learned_capacity(
+        self, labels: ComponentLabels, *, identity: CapacityIdentity, value: float | None
+    ) -> None:
+        """The learned capacity per gang and the time of this report; None removes both."""
+        series = (*labels.values(), labels.lws, identity.lws_uid, identity.demand_query)
+        previous = self._learned_series.get(labels)
+        if previous is not None and (previous != series or value is None):
+            self._forget_learned(labels)
+        if value is None:
+            return
+        self.learned_capacity_per_gang.labels(*series).set(value)
+        self.learned_capacity_reported.labels(*series).set_to_current_time()
+        self._learned_series[labels] = series
+
+    def _forget_learned(self, labels: ComponentLabels) -> None:
+        series = self._learned_series.pop(labels, None)
+        if series is not None:
+            _remove(self.learned_capacity_per_gang, series)
+            _remove(self.learned_capacity_reported, series)
 
     def count_decision(self, labels: ComponentLabels, *, reason: str) -> None:
         self.decisions.labels(*labels.values(), reason).inc()
@@ -254,8 +272,7 @@ class ServiceMetrics:
         """Drop the gauges of a component that is gone (or that this standby does not own).
         Counters stay: their history is what `increase()` reads."""
         _remove(self.component_info, (*labels.values(), labels.lws))
-        _remove(self.learned_capacity_per_gang, (*labels.values(), labels.lws))
-        _remove(self.learned_capacity_reported, (*labels.values(), labels.lws))
+        self._forget_learned(labels)
         for gauge in (
             self.current_gangs,
             self.desired_gangs,

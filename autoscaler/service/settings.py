@@ -180,7 +180,8 @@ class RunSettings(BaseSettings):
         default=7.0,
         ge=0,
         le=90,
-        description="Days of demand history read from Prometheus at start for the forecasters.",
+        description="Days of demand history read from Prometheus at start for the forecasters, "
+        "and how far back a learned capacity per gang is looked up; 0 turns both off.",
     )
     cluster_can_grow: bool = Field(
         default=True,

@@ -2,8 +2,9 @@
 
 The history is written with promtool as a 60 s scrape of the service's own `/metrics` would
 have stored it, each learned value with its companion report time. Two instances led the
-prefill LWS one after the other (their `pod` scrape labels differ), a decode LWS was last
-exported five days ago, and two series carry values that are not a capacity (NaN, 0).
+prefill LWS one after the other (their `pod` scrape labels differ) and a third measured it
+with another demand query; a decode LWS was last exported five days ago, a recreated one
+(another uid) a day ago; two series carry values that are not a capacity (NaN, 0).
 """
 
 from __future__ import annotations
@@ -21,7 +22,10 @@ from autoscaler.adapters.prometheus_http import PrometheusUnavailable
 from autoscaler.adapters.prometheus_restore import (
     LEARNED_CAPACITY_METRIC,
     LEARNED_CAPACITY_REPORTED_METRIC,
+    CapacityIdentity,
     RestoredCapacity,
+    demand_fingerprint,
+    lookup_windows_s,
     newest_capacities,
 )
 from autoscaler.adapters.prometheus_source import PrometheusSource
@@ -33,6 +37,14 @@ SCRAPE_S = 60
 PREFILL = ComponentKey("serving", "llama-prefill")
 DECODE = ComponentKey("serving", "llama-decode")
 OTHER_NAMESPACE = ComponentKey("staging", "llama-prefill")
+QUERY = demand_fingerprint("sum by (namespace, pod) (rate(vllm:prompt_tokens_total[1m]))")
+OTHER_QUERY = demand_fingerprint("sum by (namespace, pod) (rate(vllm:request_success_total[1m]))")
+WANTED = {
+    PREFILL: CapacityIdentity("uid-p", QUERY),
+    DECODE: CapacityIdentity("uid-d", QUERY),
+    OTHER_NAMESPACE: CapacityIdentity("uid-s", QUERY),
+    ComponentKey("serving", "bad"): CapacityIdentity("uid-b", QUERY),
+}
 
 
 @dataclass(frozen=True)
@@ -46,6 +58,8 @@ class Exported:
     end_s: int
     first: float
     last: float
+    uid: str
+    query: str = QUERY
 
 
 def openmetrics(series: list[Exported]) -> str:
@@ -54,8 +68,8 @@ def openmetrics(series: list[Exported]) -> str:
     for s in series:
         labels = (
             f'component="{s.component}",deployment="llama",instance="{s.pod}:8080",'
-            f'job="gang-autoscaler",lws="{s.key.lws}",namespace="{s.key.namespace}",'
-            f'pod="{s.pod}"'
+            f'job="gang-autoscaler",lws="{s.key.lws}",lws_uid="{s.uid}",'
+            f'namespace="{s.key.namespace}",pod="{s.pod}",demand_query="{s.query}"'
         )
         count = (s.end_s - s.start_s) // SCRAPE_S
         for i in range(count + 1):
@@ -79,21 +93,29 @@ class History:
 @pytest.fixture(scope="module")
 def history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[History]:
     now_s = int(time.time()) // SCRAPE_S * SCRAPE_S
+    day, hour = DAY_S, 3600
     series = [
         # the instance that led until two days ago
-        Exported(PREFILL, "prefill", "ga-7c9-a", now_s - 3 * DAY_S, now_s - 2 * DAY_S, 30e3, 31e3),
-        # the instance that led since, until an hour ago
-        Exported(PREFILL, "prefill", "ga-7c9-b", now_s - 2 * DAY_S, now_s - 3600, 26e3, 24e3),
-        Exported(DECODE, "decode", "ga-7c9-a", now_s - 6 * DAY_S, now_s - 5 * DAY_S, 300, 310),
-        Exported(OTHER_NAMESPACE, "prefill", "ga-7c9-b", now_s - DAY_S, now_s - 7200, 9e3, 0),
+        Exported(PREFILL, "prefill", "ga-a", now_s - 3 * day, now_s - 2 * day, 30e3, 31e3, "uid-p"),
+        # the instance that led since, until half an hour ago
+        Exported(PREFILL, "prefill", "ga-b", now_s - 2 * day, now_s - 1800, 26e3, 24e3, "uid-p"),
+        # the newest, but measured with another demand query
+        Exported(PREFILL, "prefill", "ga-c", now_s - hour, now_s - 60, 5, 6, "uid-p", OTHER_QUERY),
+        Exported(DECODE, "decode", "ga-a", now_s - 6 * day, now_s - 5 * day, 300, 310, "uid-d"),
+        # the decode LWS before it was deleted and created again
+        Exported(DECODE, "decode", "ga-b", now_s - 2 * day, now_s - day, 900, 900, "uid-old"),
+        Exported(
+            OTHER_NAMESPACE, "prefill", "ga-b", now_s - day, now_s - 2 * hour, 9e3, 0, "uid-s"
+        ),
         Exported(
             ComponentKey("serving", "bad"),
             "prefill",
-            "ga-7c9-b",
-            now_s - DAY_S,
-            now_s - 7200,
+            "ga-b",
+            now_s - day,
+            now_s - 2 * hour,
             math.nan,
             math.nan,
+            "uid-b",
         ),
     ]
     data_dir = Path(tmp_path_factory.mktemp("tsdb"))
@@ -105,19 +127,30 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[History]:
 @pytest.mark.prometheus
 async def test_the_newest_export_of_each_lws_comes_back(history: History) -> None:
     source = PrometheusSource(url=history.prometheus.url)
-    found = await source.restore_learned_capacity(lookback_s=7 * DAY_S)
+    found = await source.restore_learned_capacity(wanted=WANTED, lookback_s=7 * DAY_S)
     assert set(found) == {PREFILL, DECODE}  # 0 and NaN are not capacities
     prefill = found[PREFILL]
-    assert prefill.capacity_per_gang == 24e3  # the later instance's last value
-    assert prefill.written_at_s == history.now_s - 3600
-    assert found[DECODE].capacity_per_gang == 310
+    assert prefill.capacity_per_gang == 24e3  # the later instance's last value, same query
+    assert prefill.written_at_s == history.now_s - 1800
+    assert found[DECODE].capacity_per_gang == 310  # not the recreated LWS's 900
+    # prefill is in the last hour; decode needed the day and then the week: 3 lookups
+    assert source.stats.queries_sent == 6
     assert not source.stats.errors
+
+
+@pytest.mark.prometheus
+async def test_the_lookups_stop_once_everything_is_found(history: History) -> None:
+    source = PrometheusSource(url=history.prometheus.url)
+    wanted = {PREFILL: CapacityIdentity("uid-p", OTHER_QUERY)}
+    found = await source.restore_learned_capacity(wanted=wanted, lookback_s=7 * DAY_S)
+    assert found[PREFILL].capacity_per_gang == 6
+    assert source.stats.queries_sent == 2
 
 
 @pytest.mark.prometheus
 async def test_exports_older_than_the_lookback_are_not_restored(history: History) -> None:
     source = PrometheusSource(url=history.prometheus.url)
-    found = await source.restore_learned_capacity(lookback_s=4 * DAY_S)
+    found = await source.restore_learned_capacity(wanted=WANTED, lookback_s=4 * DAY_S)
     assert set(found) == {PREFILL}
 
 
@@ -130,7 +163,7 @@ def _closed_port() -> int:
 async def test_unreachable_prometheus_raises_and_is_counted() -> None:
     source = PrometheusSource(url=f"http://127.0.0.1:{_closed_port()}", timeout_s=1.0)
     with pytest.raises(PrometheusUnavailable) as raised:
-        await source.restore_learned_capacity(lookback_s=DAY_S)
+        await source.restore_learned_capacity(wanted=WANTED, lookback_s=DAY_S)
     assert raised.value.kind == "connection"
     assert source.stats.errors["connection"] == 1
 
@@ -140,17 +173,33 @@ def _row(value: str, *, at: float = 1.7e9, **labels: str) -> dict[str, object]:
 
 
 def test_series_are_joined_on_every_label_and_the_newest_wins() -> None:
-    a = {"namespace": "ns", "lws": "l", "pod": "a"}
-    b = {"namespace": "ns", "lws": "l", "pod": "b"}
+    same = {"namespace": "ns", "lws": "l", "lws_uid": "u", "demand_query": "q"}
+    a, b = {**same, "pod": "a"}, {**same, "pod": "b"}
     values = [_row("500", **a), _row("400", **b), _row("7", namespace="ns", pod="c")]
     written = [_row("1000", **a), _row("2000", **b), _row("3000", namespace="ns", pod="c")]
-    assert newest_capacities(values, written) == {
+    wanted = {ComponentKey("ns", "l"): CapacityIdentity("u", "q")}
+    assert newest_capacities(values, written, wanted=wanted) == {
         ComponentKey("ns", "l"): RestoredCapacity(capacity_per_gang=400.0, written_at_s=2000.0)
     }
     # a value whose series has no write time (a different label set) is not trusted
-    assert newest_capacities(values[:1], written[1:]) == {}
+    assert newest_capacities(values[:1], written[1:], wanted=wanted) == {}
+    # nor one for another object or query
+    other = {ComponentKey("ns", "l"): CapacityIdentity("u2", "q")}
+    assert newest_capacities(values, written, wanted=other) == {}
 
 
 def test_a_malformed_answer_raises() -> None:
     with pytest.raises(KeyError):
-        newest_capacities([{"value": [0, "1"]}], [])
+        newest_capacities([{"value": [0, "1"]}], [], wanted={})
+
+
+def test_lookups_widen_up_to_the_lookback() -> None:
+    assert lookup_windows_s(7 * DAY_S) == (3600, DAY_S, 7 * DAY_S)
+    assert lookup_windows_s(0.01 * DAY_S) == (864,)
+    assert lookup_windows_s(DAY_S) == (3600, DAY_S)
+    assert lookup_windows_s(0) == ()
+
+
+def test_the_fingerprint_ignores_whitespace_only() -> None:
+    assert demand_fingerprint("sum(rate(x[1m]))") == demand_fingerprint(" sum(rate(x[1m]))\n")
+    assert demand_fingerprint("sum(rate(x[1m]))") != demand_fingerprint("sum(rate(x[5m]))")

@@ -103,7 +103,6 @@ class ServiceStandIn:
                 desired_balloon_gangs=1,
                 demand=3800.0,
                 capacity_per_gang=2500.0,
-                learned_capacity_per_gang=None,  # pinned by capacity-per-replica
                 forecast_demand=4200.0,
                 forecast_demand_upper=5600.0,
             )
@@ -117,7 +116,6 @@ class ServiceStandIn:
                 desired_balloon_gangs=2,
                 demand=900.0,
                 capacity_per_gang=300.0,
-                learned_capacity_per_gang=300.0,
                 forecast_demand=1000.0,
                 forecast_demand_upper=1300.0,
             )
@@ -131,7 +129,6 @@ class ServiceStandIn:
                 desired_balloon_gangs=0,
                 demand=None,  # no data: the series is absent, not 0
                 capacity_per_gang=None,
-                learned_capacity_per_gang=None,
                 forecast_demand=None,
                 forecast_demand_upper=None,
             )

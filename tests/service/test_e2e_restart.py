@@ -8,6 +8,7 @@ import asyncio
 
 import pytest
 
+from autoscaler.core.model import Component
 from tests.harness.fake_kube import FakeKube
 from tests.harness.prometheus_server import ScrapeTarget
 from tests.service.conftest import Live
@@ -62,9 +63,14 @@ async def test_a_restart_restores_the_learned_capacity(kube: FakeKube, live: Liv
             timeout_s=30,
             what="Prometheus to scrape the learned capacity",
         )
-        learned = await first.metric(
-            "gang_autoscaler_learned_capacity_per_gang", **PREFILL_LABELS, lws=PREFILL
-        )
+        lws_uid = kube.object("leaderworkersets", NS, PREFILL)["metadata"]["uid"]  # type: ignore[index]
+        learned_labels = {
+            **PREFILL_LABELS,
+            "lws": PREFILL,
+            "lws_uid": lws_uid,
+            "demand_query": first.service.prometheus.demand_fingerprint(Component.PREFILL),
+        }
+        learned = await first.metric("gang_autoscaler_learned_capacity_per_gang", **learned_labels)
         assert learned is not None and learned > 0
         await first.close()
 
@@ -111,7 +117,7 @@ async def test_a_restart_restores_the_learned_capacity(kube: FakeKube, live: Liv
             what="a tick as the leader",
         )
         assert await second.metric(
-            "gang_autoscaler_learned_capacity_per_gang", **PREFILL_LABELS, lws=PREFILL
+            "gang_autoscaler_learned_capacity_per_gang", **learned_labels
         ) == pytest.approx(last_exported)
         # Decode never ran near its target: it has nothing to restore and learns nothing.
         _, body = await second.get("/decisions")

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import time
+
 from prometheus_client.parser import text_string_to_metric_families
 
+from autoscaler.adapters.prometheus_restore import CapacityIdentity
 from autoscaler.service.metrics import ComponentLabels, ServiceMetrics
 
 DECODE = ComponentLabels(namespace="serving", deployment="llama", component="decode", lws="llama-d")
@@ -29,7 +32,6 @@ def _observe(metrics: ServiceMetrics, **overrides: float | None) -> None:
         "desired_balloon_gangs": 2,
         "demand": 1200.0,
         "capacity_per_gang": 500.0,
-        "learned_capacity_per_gang": 480.0,
         "forecast_demand": 1500.0,
         "forecast_demand_upper": 2100.0,
     }
@@ -49,29 +51,55 @@ def test_component_gauges_carry_namespace_deployment_component() -> None:
     assert samples[("gang_autoscaler_forecast_demand_upper", LABELS)] == 2100.0
     info = LABELS | {("lws", "llama-d")}
     assert samples[("gang_autoscaler_component_info", info)] == 1
-    # the learned capacity names its LWS: a restarted instance maps it back from Prometheus
-    assert samples[("gang_autoscaler_learned_capacity_per_gang", info)] == 480.0
 
 
 def test_missing_value_removes_the_series_instead_of_reporting_zero() -> None:
     metrics = ServiceMetrics()
     _observe(metrics)
-    _observe(metrics, forecast_demand=None, demand=None, learned_capacity_per_gang=None)
+    _observe(metrics, forecast_demand=None, demand=None)
     samples = _samples(metrics)
     assert ("gang_autoscaler_forecast_demand", LABELS) not in samples
-    assert not [name for name, _ in samples if name.startswith("gang_autoscaler_learned")]
     assert ("gang_autoscaler_demand", LABELS) not in samples
     assert samples[("gang_autoscaler_ready_gangs", LABELS)] == 2
+
+
+LEARNED = "gang_autoscaler_learned_capacity_per_gang"
+REPORTED = "gang_autoscaler_learned_capacity_reported_timestamp_seconds"
+
+
+def test_learned_capacity_names_what_it_is_valid_for_and_when_it_was_reported() -> None:
+    metrics = ServiceMetrics()
+    identity = CapacityIdentity(lws_uid="uid-1", demand_query="3f2a9c0d1e4b")
+    before = time.time()
+    metrics.observe_learned_capacity(DECODE, identity=identity, value=480.0)
+    series = LABELS | {("lws", "llama-d"), ("lws_uid", "uid-1"), ("demand_query", "3f2a9c0d1e4b")}
+    samples = _samples(metrics)
+    assert samples[(LEARNED, series)] == 480.0
+    assert before <= samples[(REPORTED, series)] <= time.time()
+
+    # a recreated LWS: the old object's series goes, the new one's comes
+    recreated = CapacityIdentity(lws_uid="uid-2", demand_query="3f2a9c0d1e4b")
+    metrics.observe_learned_capacity(DECODE, identity=recreated, value=300.0)
+    samples = _samples(metrics)
+    assert [v for (name, _), v in samples.items() if name == LEARNED] == [300.0]
+    assert len([name for name, _ in samples if name == REPORTED]) == 1
+
+    # not learned (yet): nothing, rather than a 0
+    metrics.observe_learned_capacity(DECODE, identity=recreated, value=None)
+    assert not [name for name, _ in _samples(metrics) if "learned" in name]
 
 
 def test_forget_component_drops_gauges_and_keeps_counters() -> None:
     metrics = ServiceMetrics()
     _observe(metrics)
+    metrics.observe_learned_capacity(
+        DECODE, identity=CapacityIdentity(lws_uid="u", demand_query="q"), value=480.0
+    )
     metrics.count_decision(DECODE, reason="scale_up_waiting")
     metrics.forget_component(DECODE)
     samples = _samples(metrics)
     assert not [name for name, _ in samples if name.endswith("_gangs")]
-    assert not [name for name, _ in samples if name.endswith("_per_gang")]
+    assert not [name for name, _ in samples if "per_gang" in name or "learned" in name]
     decision = LABELS | {("reason", "scale_up_waiting")}
     assert samples[("gang_autoscaler_decisions_total", decision)] == 1
 
