@@ -179,6 +179,17 @@ def balloon_pods_of(pods: Iterable[Obj], *, lws_name: str) -> list[Obj]:
     ]
 
 
+def balloons_by_lws(pods: Iterable[Obj]) -> dict[tuple[str, str], list[Obj]]:
+    """Balloon pods by (namespace, the LWS they hold capacity for), in one pass: the actuator
+    looks them up per component, and filtering the whole list for each was quadratic."""
+    grouped: dict[tuple[str, str], list[Obj]] = {}
+    for pod in pods:
+        lws_name = labels(pod).get(BALLOON_FOR_LABEL)
+        if lws_name and labels(pod).get(MANAGED_BY_LABEL) == MANAGED_BY_VALUE:
+            grouped.setdefault((str(meta(pod).get("namespace", "")), lws_name), []).append(pod)
+    return grouped
+
+
 def _is_whole(members: list[Obj], *, pods_per_gang: int, digest: str) -> bool:
     """Every member present once, alive, and built from the LWS's current shape."""
     indexes = [int_label(p, BALLOON_MEMBER_LABEL) for p in members]

@@ -13,7 +13,7 @@ pass with `NotLeader` before the next write.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +24,7 @@ from autoscaler.adapters.balloons import (
     BalloonPlan,
     BalloonResult,
     BalloonWriter,
+    balloons_by_lws,
     plan_balloons,
     shape_digest,
 )
@@ -34,6 +35,7 @@ from autoscaler.adapters.kube_objects import (
     BALLOON_GANG_LABEL,
     MANAGED_BY_LABEL,
     MANAGED_BY_VALUE,
+    Obj,
     int_label,
     labels,
     namespace,
@@ -130,11 +132,13 @@ class Actuator:
             # Without a fresh view of the balloons, scale but leave the balloons alone.
             log.warning("%s; balloon gangs untouched this pass", err)
             balloon_pods = None
+        grouped = balloons_by_lws(balloon_pods) if balloon_pods is not None else None
         out: dict[ComponentKey, ComponentApplied] = {}
         for key, comp in sorted(state.components.items()):
             plan = gang_plan.components.get(key)
+            mine = grouped.get((key.namespace, key.lws), []) if grouped is not None else None
             try:
-                out[key] = await self._apply_one(comp, plan, balloon_pods, dry_run=dry_run)
+                out[key] = await self._apply_one(comp, plan, mine, dry_run=dry_run)
             except NotLeader:
                 raise
             except KubeAdapterError as err:
@@ -149,10 +153,11 @@ class Actuator:
         self,
         comp: ComponentState,
         plan: ComponentPlan | None,
-        balloon_pods: list[dict[str, Any]] | None,
+        balloon_pods: Sequence[Obj] | None,
         *,
         dry_run: bool,
     ) -> ComponentApplied:
+        """`balloon_pods`: this LWS's balloon pods, None when they could not be listed."""
         found = comp.discovered
         key = found.key
         ref = ObjectRef(key.namespace, key.lws, found.uid)
@@ -192,9 +197,8 @@ class Actuator:
 
         if balloon_pods is None:
             return ComponentApplied(key, dry, outcome, events=tuple(notes))
-        lws_balloons = [p for p in balloon_pods if namespace(p) == key.namespace]
         balloon_plan = plan_balloons(
-            lws_balloons,
+            balloon_pods,
             lws_name=key.lws,
             desired_gangs=plan.balloon_gangs,
             pods_per_gang=found.shape.pods_per_gang,
@@ -291,12 +295,12 @@ class Actuator:
         member creations, or a preemption while no leader was running). Creates nothing; the
         first planned pass does that."""
         self._check_leader()
-        balloon_pods = await self.list_balloon_pods()
+        grouped = balloons_by_lws(await self.list_balloon_pods())
         deleted: list[str] = []
         for key, comp in state.components.items():
             if comp.discovered.shape is None:
                 continue
-            mine = [p for p in balloon_pods if namespace(p) == key.namespace]
+            mine = grouped.get((key.namespace, key.lws), [])
             indexes = [int_label(p, BALLOON_GANG_LABEL) for p in mine]
             top = max((i for i in indexes if i is not None), default=-1) + 1
             repair = plan_balloons(

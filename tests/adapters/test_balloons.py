@@ -8,6 +8,7 @@ from autoscaler.adapters.balloons import (
     PAUSE_IMAGE,
     PRIORITY_CLASS_NAME,
     balloon_gang_manifests,
+    balloons_by_lws,
     plan_balloons,
     shape_digest,
 )
@@ -161,3 +162,27 @@ def test_plan_is_idempotent_once_reached():
     lws = _lws()
     plan = _plan(lws, _existing(lws, [0, 1]), 2)
     assert not plan.changes and plan.held_gangs == 2
+
+
+def test_balloon_pods_are_grouped_by_the_lws_they_hold_capacity_for():
+    a = _existing(_lws(name="a"), [0, 1])
+    b = _existing(_lws(name="b"), [0])
+    other_ns = _existing(_lws(name="a", namespace="staging"), [0])
+    not_ours = _existing(_lws(name="a"), [2])
+    for pod in not_ours:
+        pod["metadata"]["labels"]["app.kubernetes.io/managed-by"] = "someone-else"
+    grouped = balloons_by_lws([*a, *b, *other_ns, *not_ours])
+    assert {k: len(v) for k, v in grouped.items()} == {
+        ("serving", "a"): 4,
+        ("serving", "b"): 2,
+        ("staging", "a"): 2,
+    }
+    # the grouped list plans as the whole list does
+    shape = gang_shape_from_lws(_lws(name="a"))
+    whole, mine = (
+        plan_balloons(
+            pods, lws_name="a", desired_gangs=1, pods_per_gang=2, digest=shape_digest(shape)
+        )
+        for pods in ([*a, *b], grouped[("serving", "a")])
+    )
+    assert whole == mine and len(mine.delete_pods) == 2
