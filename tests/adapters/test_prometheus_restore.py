@@ -133,9 +133,17 @@ async def test_the_newest_export_of_each_lws_comes_back(history: History) -> Non
     assert prefill.capacity_per_gang == 24e3  # the later instance's last value, same query
     assert prefill.written_at_s == history.now_s - 1800
     assert found[DECODE].capacity_per_gang == 310  # not the recreated LWS's 900
-    # prefill is in the last hour; decode needed the day and then the week: 3 lookups
-    assert source.stats.queries_sent == 6
     assert not source.stats.errors
+
+
+@pytest.mark.prometheus
+async def test_each_wider_lookup_asks_only_for_what_is_missing(history: History) -> None:
+    wanted = {PREFILL: WANTED[PREFILL], DECODE: WANTED[DECODE]}
+    source = PrometheusSource(url=history.prometheus.url)
+    found = await source.restore_learned_capacity(wanted=wanted, lookback_s=7 * DAY_S)
+    # prefill is in the last hour; decode needs the day and then the week: 3 lookups
+    assert set(found) == {PREFILL, DECODE}
+    assert source.stats.queries_sent == 6
 
 
 @pytest.mark.prometheus
