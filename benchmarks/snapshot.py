@@ -27,28 +27,14 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.tick import GPU_PRODUCT, _manifests  # noqa: E402
+from benchmarks.tick import populate  # noqa: E402
 
 
 async def cluster_objects(deployments: int) -> dict[str, list[dict[str, Any]]]:
     from tests.harness.fake_kube import FakeKube
 
     async with FakeKube.start(auto_reconcile=False) as kube:
-        for d in range(deployments):
-            for n in range(4):
-                kube.add_node(
-                    f"gpu-{d}-{n}",
-                    cpu="190",
-                    memory="1500Gi",
-                    gpus=8,
-                    extended={"ephemeral-storage": "3000Gi"},
-                    labels={"nvidia.com/gpu.product": GPU_PRODUCT},
-                )
-            namespace = f"model-{d}"
-            kube.add_namespace(namespace)
-            for manifest in _manifests(namespace):
-                kube.apply(manifest)
-        kube.reconcile()
+        populate(kube, deployments)
         return {
             "lws": kube.objects("leaderworkersets"),
             "pods": kube.objects("pods"),

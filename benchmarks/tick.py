@@ -66,6 +66,27 @@ def _manifests(namespace: str) -> list[dict[str, Any]]:
     return out
 
 
+def populate(kube: Any, deployments: int) -> None:
+    """`deployments` PD deployments, one per namespace, with 4 GPU nodes each, scheduled by
+    the fake's LWS controller (`kube` is a `tests.harness.fake_kube.FakeKube`)."""
+    for d in range(deployments):
+        for n in range(4):
+            kube.add_node(
+                f"gpu-{d}-{n}",
+                cpu="190",
+                memory="1500Gi",
+                gpus=8,
+                extended={"ephemeral-storage": "3000Gi"},
+                labels={"nvidia.com/gpu.product": GPU_PRODUCT},
+            )
+    for d in range(deployments):
+        namespace = f"model-{d}"
+        kube.add_namespace(namespace)
+        for manifest in _manifests(namespace):
+            kube.apply(manifest)
+    kube.reconcile()  # LWS controller and scheduler, once for everything
+
+
 def cluster_side(deployments: int, conn: Connection) -> None:
     """The child process: fake API server + exporter + Prometheus until told to stop."""
     from tests.harness.fake_kube import FakeKube
@@ -74,22 +95,7 @@ def cluster_side(deployments: int, conn: Connection) -> None:
 
     async def main() -> None:
         async with FakeKube.start(auto_reconcile=False, bookmark_interval_s=5.0) as kube:
-            for d in range(deployments):
-                for n in range(4):
-                    kube.add_node(
-                        f"gpu-{d}-{n}",
-                        cpu="190",
-                        memory="1500Gi",
-                        gpus=8,
-                        extended={"ephemeral-storage": "3000Gi"},
-                        labels={"nvidia.com/gpu.product": GPU_PRODUCT},
-                    )
-            for d in range(deployments):
-                namespace = f"model-{d}"
-                kube.add_namespace(namespace)
-                for manifest in _manifests(namespace):
-                    kube.apply(manifest)
-            kube.reconcile()  # LWS controller and scheduler, once for everything
+            populate(kube, deployments)
             pods = kube.objects("pods")
             ready = sum(
                 1

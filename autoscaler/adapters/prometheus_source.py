@@ -14,6 +14,7 @@ that failed (Prometheus down, timeout, 4xx/5xx). A failing Prometheus never rais
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
 import time
@@ -134,6 +135,12 @@ class PrometheusSource:
             on_error=on_error,
         )
 
+    @functools.cached_property
+    def _fingerprints(self) -> dict[Component, str]:
+        # The queries are fixed for the source's life; hash them once, not every tick.
+        texts = self.queries.instant_queries()
+        return {c: demand_fingerprint(texts[self.queries.demand_query_name(c)]) for c in Component}
+
     @property
     def stats(self) -> PrometheusStats:
         return self.http.stats
@@ -158,9 +165,7 @@ class PrometheusSource:
     def demand_fingerprint(self, component: Component) -> str:
         """The `demand_query` label of a learned capacity measured with this component's
         demand query."""
-        return demand_fingerprint(
-            self.queries.instant_queries()[self.queries.demand_query_name(component)]
-        )
+        return self._fingerprints[component]
 
     async def restore_learned_capacity(
         self, *, wanted: Mapping[ComponentKey, CapacityIdentity], lookback_s: float

@@ -36,7 +36,7 @@ class CapacityRestore:
         self.retry_interval_s = retry_interval_s
         self._asked: dict[ComponentKey, CapacityIdentity] = {}
         self._found: dict[ComponentKey, tuple[CapacityIdentity, RestoredCapacity]] = {}
-        self._failed_at_s: float | None = None
+        self._unanswered_since_s: float | None = None
         self._task: asyncio.Task[None] | None = None
 
     @property
@@ -61,14 +61,17 @@ class CapacityRestore:
             self._found.pop(gone, None)
         if not self.enabled or self.running:
             return False
-        if self._failed_at_s is not None and now_s - self._failed_at_s < self.retry_interval_s:
+        if (
+            self._unanswered_since_s is not None
+            and now_s - self._unanswered_since_s < self.retry_interval_s
+        ):
             return False
         new = {k: v for k, v in components.items() if self._asked.get(k) != v}
         if not new:
             return False
         self._asked.update(new)
         self._task = asyncio.create_task(self._restore(source, new), name="capacity-restore")
-        self._failed_at_s = now_s  # cleared when the lookup answers
+        self._unanswered_since_s = now_s  # the retry interval counts from here until it answers
         return True
 
     async def _restore(
@@ -87,7 +90,7 @@ class CapacityRestore:
                 self.retry_interval_s,
             )
             return
-        self._failed_at_s = None
+        self._unanswered_since_s = None
         for key in sorted(found):
             self._found[key] = (wanted[key], found[key])
         none = sorted(str(k) for k in wanted.keys() - found.keys())

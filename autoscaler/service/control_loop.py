@@ -195,7 +195,6 @@ class ControlLoop:
         self._reported: dict[ComponentKey, ComponentLabels] = {}
         self._last_logged: dict[ComponentKey, tuple[object, ...]] = {}
         self._policy_problems_seen: set[tuple[ComponentKey, str | None, str]] = set()
-        self._identities: dict[ComponentKey, CapacityIdentity] = {}
 
     async def tick(self) -> TickRecord:
         """Run one tick; never raises except CancelledError (a shutdown)."""
@@ -281,14 +280,14 @@ class ControlLoop:
             self._prometheus, [(t.key, t.component) for t in targets], now_s=now_s
         )
         # A learned capacity is valid for one LWS object and one demand query.
-        self._identities = {
+        identities = {
             t.key: CapacityIdentity(
                 lws_uid=state.components[t.key].discovered.uid or "",
                 demand_query=self._prometheus.demand_fingerprint(t.component),
             )
             for t in targets
         }
-        self._capacity_restore.start(self._prometheus, self._identities, now_s=now_s)
+        self._capacity_restore.start(self._prometheus, identities, now_s=now_s)
         signals = await self._prometheus.observe(targets)
         parts["signals"] = signals
         if any(s.missing_reasons for s in signals.values()):
@@ -324,7 +323,7 @@ class ControlLoop:
         parts["phase"] = "plan"
         observations = state.observations(signals)
         self.memory = seed_memory(self.memory, observations, now_s=now_s)
-        self.memory = self._capacity_restore.apply(self.memory, self._identities)
+        self.memory = self._capacity_restore.apply(self.memory, identities)
         gang_plan, self.memory = plan_isolated(
             observations,
             policies,
@@ -351,7 +350,9 @@ class ControlLoop:
 
         # report
         parts["phase"] = "report"
-        self._report(state, signals, forecasts, gang_plan, applied, leader=leader)
+        self._report(
+            state, signals, forecasts, gang_plan, applied, identities=identities, leader=leader
+        )
 
     # -- report ---------------------------------------------------------------------------
 
@@ -381,6 +382,7 @@ class ControlLoop:
         gang_plan: GangPlan,
         applied: ApplyReport | None,
         *,
+        identities: Mapping[ComponentKey, CapacityIdentity],
         leader: bool,
     ) -> None:
         gone = set(self._reported) - set(gang_plan.components)
@@ -419,7 +421,7 @@ class ControlLoop:
                 forecast_demand=forecast.point if forecast else None,
                 forecast_demand_upper=forecast.upper if forecast else None,
             )
-            identity = self._identities.get(key)
+            identity = identities.get(key)
             if identity is not None:
                 self._metrics.observe_learned_capacity(
                     labels,

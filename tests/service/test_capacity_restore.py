@@ -50,6 +50,15 @@ async def _finished(restore: CapacityRestore) -> None:
     raise AssertionError("the restore did not finish")
 
 
+async def _looked_up(prometheus: PrometheusServer) -> tuple[CapacityRestore, PrometheusSource]:
+    """A restore whose first lookup, of both components, has answered."""
+    restore = CapacityRestore(lookback_s=7 * DAY_S)
+    source = PrometheusSource(url=prometheus.url)
+    assert restore.start(source, IDENTITIES, now_s=0.0)
+    await _finished(restore)
+    return restore, source
+
+
 @pytest.mark.prometheus
 async def test_a_component_that_learned_meanwhile_keeps_its_own(
     prometheus: PrometheusServer,
@@ -80,10 +89,7 @@ async def test_a_component_that_learned_meanwhile_keeps_its_own(
 async def test_a_recreated_lws_is_asked_about_again_and_gets_nothing_of_the_old_one(
     prometheus: PrometheusServer,
 ) -> None:
-    restore = CapacityRestore(lookback_s=7 * DAY_S)
-    source = PrometheusSource(url=prometheus.url)
-    assert restore.start(source, IDENTITIES, now_s=0.0)
-    await _finished(restore)
+    restore, source = await _looked_up(prometheus)
     # the prefill LWS was deleted and created again before the value was used
     recreated = {**IDENTITIES, PREFILL: CapacityIdentity("uid-new", QUERY)}
     memory = Memory(components={PREFILL: ComponentMemory(), DECODE: ComponentMemory()})
@@ -97,10 +103,7 @@ async def test_a_recreated_lws_is_asked_about_again_and_gets_nothing_of_the_old_
 
 @pytest.mark.prometheus
 async def test_components_that_are_gone_are_forgotten(prometheus: PrometheusServer) -> None:
-    restore = CapacityRestore(lookback_s=7 * DAY_S)
-    source = PrometheusSource(url=prometheus.url)
-    assert restore.start(source, IDENTITIES, now_s=0.0)
-    await _finished(restore)
+    restore, source = await _looked_up(prometheus)
     assert not restore.start(source, {}, now_s=1.0)  # both gone (e.g. opted out)...
     memory = Memory(components={PREFILL: ComponentMemory(), DECODE: ComponentMemory()})
     assert restore.apply(memory, IDENTITIES) == memory  # ...with their values
