@@ -9,6 +9,8 @@ the service discovers on every tick, and an LWS changes only with its resourceVe
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +37,17 @@ class ParsedLws:
     policy: Policy | None
     problems: tuple[PolicyProblem, ...]
     shape: GangShape | None
+    template: str
+
+
+def template_digest(lws: Obj) -> str:
+    """A short digest of `spec.leaderWorkerTemplate`: what every gang runs (images,
+    arguments, resources, pods per gang). `replicas` and the annotations on the LWS itself
+    are outside it, so scaling or retuning the policy keeps it; an edit that rolls the gangs
+    changes it."""
+    template = (lws.get("spec") or {}).get("leaderWorkerTemplate")
+    text = json.dumps(template, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 def parse_lws(
@@ -55,7 +68,7 @@ def parse_lws(
         problems.append(
             PolicyProblem("spec.leaderWorkerTemplate", None, f"cannot read gang shape: {err}")
         )
-    return ParsedLws(policy, tuple(problems), shape)
+    return ParsedLws(policy, tuple(problems), shape, template_digest(lws))
 
 
 class ParseCache:
@@ -103,6 +116,7 @@ class DiscoveredComponent:
     policy: Policy | None  # None when its own annotations are invalid
     problems: tuple[PolicyProblem, ...]  # its own and its deployment's; empty when usable
     shape: GangShape | None  # None when the templates' resources cannot be read
+    template: str  # `template_digest`: a learned capacity per gang is valid for one
     deployment: DeploymentKey | None
     spec_gangs: int
     resource_version: str | None
@@ -164,6 +178,7 @@ def discover(
             "policy": policy,
             "problems": list(parsed.problems),  # the deployment's own problems are added below
             "shape": parsed.shape,
+            "template": parsed.template,
             "deployment": deployment_key(key, policy) if policy else None,
             "spec_gangs": _spec_gangs(lws),
             "resource_version": metadata.get("resourceVersion"),

@@ -138,6 +138,7 @@ def build_state(
                 signals=Signals(),
                 shape=found.shape,
                 balloon_gangs=held,
+                template=found.template,
             )
             leaders = ready_leader_pods(lws_pods, lws_name=key.lws, gangs=gangs)
         components[key] = ComponentState(found, observation, leaders, balloons)

@@ -6,10 +6,11 @@ may be hours away after a restart or a leader change. The leader exports what it
 instead of waiting for the next saturation, so a restart does not switch off the forecast
 floor and the demand step (as the demand back-fill keeps the forecast).
 
-A value is only good for the object and the unit it was learned for, so each series carries
-the LWS's `lws_uid` (a deleted and recreated LWS learns afresh) and `demand_query`, a
-fingerprint of the demand query (a capacity in prompt tokens/s means nothing to a query that
-now counts requests). Only series matching both are restored.
+A value is only good for the object, the gangs and the unit it was learned for, so each
+series carries the LWS's `lws_uid` (a deleted and recreated LWS learns afresh), `template`,
+a digest of its gang template (a new image, model or parallelism serves differently), and
+`demand_query`, a fingerprint of the demand query (a capacity in prompt tokens/s means
+nothing to a query that now counts requests). Only series matching all three are restored.
 
 Every instance that ever led leaves its own series (scrape labels such as `pod` differ), so
 each lookup asks for every series at once: its last value, and the last value of its
@@ -38,7 +39,7 @@ from autoscaler.core.model import ComponentKey
 LEARNED_CAPACITY_METRIC = "gang_autoscaler_learned_capacity_per_gang"
 LEARNED_CAPACITY_REPORTED_METRIC = "gang_autoscaler_learned_capacity_reported_timestamp_seconds"
 # The labels, beyond the component's, that say what a learned value is valid for.
-IDENTITY_LABELS: tuple[str, str] = ("lws_uid", "demand_query")
+IDENTITY_LABELS: tuple[str, str, str] = ("lws_uid", "template", "demand_query")
 VALUES_QUERY = "learned_capacity[restore]"
 WRITTEN_QUERY = "learned_capacity_written[restore]"
 WINDOWS_S: tuple[float, ...] = (3_600.0, 86_400.0)
@@ -51,10 +52,16 @@ def demand_fingerprint(query: str) -> str:
 
 @dataclass(frozen=True, slots=True, order=True)
 class CapacityIdentity:
-    """What a learned capacity is valid for: one LWS object and one demand query."""
+    """What a learned capacity is valid for: one LWS object, one gang template (its
+    `kube_discovery.template_digest`) and one demand query."""
 
     lws_uid: str
     demand_query: str
+    template: str = ""
+
+    def label_values(self) -> tuple[str, str, str]:
+        """The values of `IDENTITY_LABELS`, in that order."""
+        return (self.lws_uid, self.template, self.demand_query)
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,9 +114,8 @@ def newest_capacities(
             continue
         key = ComponentKey(named.get("namespace", ""), named.get("lws", ""))
         identity = wanted.get(key)
-        if (
-            identity is None
-            or CapacityIdentity(named.get("lws_uid", ""), named.get("demand_query", "")) != identity
+        if identity is None or identity.label_values() != tuple(
+            named.get(label, "") for label in IDENTITY_LABELS
         ):
             continue
         previous = best.get(key)

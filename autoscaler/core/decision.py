@@ -99,9 +99,11 @@ def _draft(
     current = obs.spec_gangs
     ages = classify(obs, gang_timeout_s=policy.gang_timeout_s, now=now)
     proposal = reactive_proposal(obs, policy, tolerance=tolerance)
-    learned = learn_capacity(
-        memory.learned_capacity_per_gang, obs, usage_ratio=proposal.usage_ratio
-    )
+    # What one gang served under another template (a new image, model or parallelism) says
+    # nothing about this one, and a stale low value would never be corrected: the floor it
+    # sets keeps the component below the load at which learning happens.
+    previous = memory.learned_capacity_per_gang if memory.learned_template == obs.template else None
+    learned = learn_capacity(previous, obs, usage_ratio=proposal.usage_ratio)
     capacity = capacity_per_gang(policy, learned)
     draft = _Draft(
         obs=obs,
@@ -110,7 +112,7 @@ def _draft(
         ages=ages,
         gangs=current,
         reason=Reason.STEADY,
-        memory=replace(memory, learned_capacity_per_gang=learned),
+        memory=replace(memory, learned_capacity_per_gang=learned, learned_template=obs.template),
         capacity=capacity,
         need=current,
     )

@@ -98,6 +98,8 @@ class ComponentMemory:
     proposals: tuple[tuple[float, int], ...] = ()
     # demand one ready gang served while saturated (exponentially weighted), learned
     learned_capacity_per_gang: float | None = None
+    # the gang template (`ComponentObservation.template`) it was learned for
+    learned_template: str | None = None
     # the proposal that caused the last scale-up, so gangs still starting are not stacked
     # on unless the need grew beyond it
     last_scale_up_need: int | None = None

@@ -99,6 +99,9 @@ class ComponentObservation:
     signals: Signals
     shape: GangShape
     balloon_gangs: int = 0  # complete balloon gangs currently held for this component
+    # a digest of the gang template the LWS runs (images, arguments, resources, size); a
+    # learned capacity per gang holds for one template only. None: not known, never changes
+    template: str | None = None
 
     @property
     def ready_gangs(self) -> int:

@@ -119,7 +119,11 @@ class CapacityRestore:
             if current.learned_capacity_per_gang is not None:
                 log.info("%s: learned its own capacity per gang; the restored one is dropped", key)
                 continue
-            components[key] = replace(current, learned_capacity_per_gang=restored.capacity_per_gang)
+            components[key] = replace(
+                current,
+                learned_capacity_per_gang=restored.capacity_per_gang,
+                learned_template=identity.template,
+            )
             written = datetime.fromtimestamp(restored.written_at_s, tz=UTC).isoformat()
             log.info(
                 "%s: restored learned capacity per gang %g (last reported %s)",

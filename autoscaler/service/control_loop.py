@@ -112,6 +112,26 @@ def seed_memory(memory: Memory, observations: Observations, *, now_s: float) -> 
     return Memory(components={**memory.components, **new})
 
 
+def log_forgotten_capacities(before: Memory, after: Memory) -> None:
+    """Say which components' plans dropped a capacity learned for another gang template."""
+    for key, old in sorted(before.components.items()):
+        new = after.components.get(key)
+        if (
+            new is not None
+            and old.learned_capacity_per_gang is not None
+            and new.learned_template != old.learned_template
+        ):
+            log.info(
+                "%s: gang template changed (%s -> %s); capacity per gang %g learned for the "
+                "old one is forgotten and will be learned again at the next saturation",
+                key,
+                old.learned_template,
+                new.learned_template,
+                old.learned_capacity_per_gang,
+                extra={"component_key": str(key)},
+            )
+
+
 def plan_isolated(
     observations: Observations,
     policies: Mapping[ComponentKey, Policy],
@@ -279,11 +299,12 @@ class ControlLoop:
         self._forecasts.start_backfill(
             self._prometheus, [(t.key, t.component) for t in targets], now_s=now_s
         )
-        # A learned capacity is valid for one LWS object and one demand query.
+        # A learned capacity is valid for one LWS object, gang template and demand query.
         identities = {
             t.key: CapacityIdentity(
                 lws_uid=state.components[t.key].discovered.uid or "",
                 demand_query=self._prometheus.demand_fingerprint(t.component),
+                template=state.components[t.key].discovered.template,
             )
             for t in targets
         }
@@ -324,6 +345,7 @@ class ControlLoop:
         observations = state.observations(signals)
         self.memory = seed_memory(self.memory, observations, now_s=now_s)
         self.memory = self._capacity_restore.apply(self.memory, identities)
+        before = self.memory
         gang_plan, self.memory = plan_isolated(
             observations,
             policies,
@@ -332,6 +354,7 @@ class ControlLoop:
             now_s=now_s,
             on_error=self._metrics.count_error,
         )
+        log_forgotten_capacities(before, self.memory)
         parts["plan"] = gang_plan
 
         # act: only the leader, and never in dry-run
@@ -423,10 +446,14 @@ class ControlLoop:
             )
             identity = identities.get(key)
             if identity is not None:
+                # a held component keeps what it learned for an older template until its
+                # next plan forgets it; that value is not this template's to export
+                memory = self.memory.of(key)
+                same = memory.learned_template == identity.template
                 self._metrics.observe_learned_capacity(
                     labels,
                     identity=identity,
-                    value=self.memory.of(key).learned_capacity_per_gang,
+                    value=memory.learned_capacity_per_gang if same else None,
                 )
             previous = self._reported.get(key)
             if previous is not None and previous != labels:

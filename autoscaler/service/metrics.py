@@ -244,7 +244,7 @@ class ServiceMetrics:
         self, labels: ComponentLabels, *, identity: CapacityIdentity, value: float | None
     ) -> None:
         """The learned capacity per gang and the time of this report; None removes both."""
-        series = (*labels.values(), labels.lws, identity.lws_uid, identity.demand_query)
+        series = (*labels.values(), labels.lws, *identity.label_values())
         previous = self._learned_series.get(labels)
         if previous is not None and (previous != series or value is None):
             self._forget_learned(labels)

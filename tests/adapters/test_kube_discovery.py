@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 
-from autoscaler.adapters.kube_discovery import ParseCache, discover
+from autoscaler.adapters.kube_discovery import ParseCache, discover, template_digest
 from autoscaler.adapters.kube_state import build_state
 from autoscaler.core.model import ComponentKey, GangState
 from tests.adapters.kube_fixtures import gpu_node, lws_pod, vllm_lws
@@ -30,6 +30,25 @@ def test_only_opted_in_lws_are_discovered_and_pd_pairs_are_usable():
     }
     assert all(c.usable for c in found.values())
     assert found[ComponentKey("serving", "llama-decode")].shape.pods_per_gang == 2
+
+
+def test_the_template_digest_follows_what_the_gangs_run_not_replicas_or_policy():
+    base = vllm_lws(name="llama-prefill", annotations=ON)
+    digest = template_digest(base)
+    # scaling and retuning the policy leave it alone
+    assert template_digest(vllm_lws(name="llama-prefill", replicas=7)) == digest
+    assert template_digest(vllm_lws(annotations={**ON, "x": "y"})) == digest
+    # what the gangs run changes it: the image, the pods per gang
+    image = copy.deepcopy(base)
+    image["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]["image"] = "v2"
+    size = copy.deepcopy(base)
+    size["spec"]["leaderWorkerTemplate"]["size"] = 4
+    assert len({digest, template_digest(image), template_digest(size)}) == 3
+    # and discovery hands it to the observation the core sees
+    state = build_state(lws_objects=_pd(), pods=[], nodes=[], now_s=0.0)
+    prefill = state.components[ComponentKey("serving", "llama-prefill")]
+    assert prefill.discovered.template == digest
+    assert prefill.observation is not None and prefill.observation.template == digest
 
 
 def test_a_bad_annotation_is_a_problem_not_an_exception():

@@ -191,9 +191,14 @@ def test_series_are_joined_on_every_label_and_the_newest_wins() -> None:
     }
     # a value whose series has no write time (a different label set) is not trusted
     assert newest_capacities(values[:1], written[1:], wanted=wanted) == {}
-    # nor one for another object or query
-    other = {ComponentKey("ns", "l"): CapacityIdentity("u2", "q")}
-    assert newest_capacities(values, written, wanted=other) == {}
+    # nor one for another object, query or gang template
+    for other in (CapacityIdentity("u2", "q"), CapacityIdentity("u", "q", template="t2")):
+        assert newest_capacities(values, written, wanted={ComponentKey("ns", "l"): other}) == {}
+    templated = [{**row, "metric": {**row["metric"], "template": "t2"}} for row in values]
+    stamped = [{**row, "metric": {**row["metric"], "template": "t2"}} for row in written]
+    assert newest_capacities(templated, stamped, wanted={ComponentKey("ns", "l"): other}) == {
+        ComponentKey("ns", "l"): RestoredCapacity(capacity_per_gang=400.0, written_at_s=2000.0)
+    }
 
 
 def test_a_malformed_answer_raises() -> None:

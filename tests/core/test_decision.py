@@ -250,6 +250,26 @@ def test_capacity_is_learned_while_saturated_and_used_for_the_floor():
     assert memory2.learned_capacity_per_gang == pytest.approx(1000)  # not saturated: unchanged
 
 
+def test_a_new_gang_template_forgets_the_capacity_learned_for_the_old_one():
+    # Learned at 1000 tokens/s per gang under template "a"; the forecast then asks for 5.
+    saturated = replace(obs(ready=2, waiting=12, kv=0.5, demand=3000), template="a")
+    _, memory = decide(saturated, policy())
+    assert (memory.learned_capacity_per_gang, memory.learned_template) == (pytest.approx(1000), "a")
+    calm = obs(ready=2, waiting=4, kv=0.6, demand=1900)
+    same, kept = decide(replace(calm, template="a"), policy(max_scale_up=5), fc=forecast(4_200),
+                        memory=memory)  # fmt: skip
+    assert (same.desired_gangs, same.reason) == (5, Reason.FORECAST_FLOOR)
+    assert kept.learned_capacity_per_gang == pytest.approx(1000)
+
+    # Template "b" (a new image, say): the old value is dropped, so no floor until it is
+    # learned again, and the memory says which template the (absent) value belongs to.
+    changed, forgot = decide(replace(calm, template="b"), policy(max_scale_up=5),
+                             fc=forecast(4_200), memory=memory)  # fmt: skip
+    assert changed.capacity_per_gang is None
+    assert changed.desired_gangs == 2
+    assert (forgot.learned_capacity_per_gang, forgot.learned_template) == (None, "b")
+
+
 def test_buffer_covers_the_upper_bound_within_min_and_max():
     pol = policy(capacity_per_replica=1000, min_buffer=1, max_buffer=3)
     component = obs(ready=2, waiting=8, kv=0.78)

@@ -1,6 +1,6 @@
 """End to end: a restarted service gets back the capacity per gang its predecessor learned,
 through Prometheus scraping the predecessor's `/metrics`, while the load is too light to
-learn it again."""
+learn it again; a new gang template (image) then forgets it."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import asyncio
 
 import pytest
 
+from autoscaler.adapters.kube_discovery import template_digest
 from autoscaler.core.model import Component
 from tests.harness.fake_kube import FakeKube
 from tests.harness.prometheus_server import ScrapeTarget
@@ -63,11 +64,13 @@ async def test_a_restart_restores_the_learned_capacity(kube: FakeKube, live: Liv
             timeout_s=30,
             what="Prometheus to scrape the learned capacity",
         )
-        lws_uid = kube.object("leaderworkersets", NS, PREFILL)["metadata"]["uid"]  # type: ignore[index]
+        prefill_lws = kube.object("leaderworkersets", NS, PREFILL)
+        assert prefill_lws is not None
         learned_labels = {
             **PREFILL_LABELS,
             "lws": PREFILL,
-            "lws_uid": lws_uid,
+            "lws_uid": prefill_lws["metadata"]["uid"],
+            "template": template_digest(prefill_lws),
             "demand_query": first.service.prometheus.demand_fingerprint(Component.PREFILL),
         }
         learned = await first.metric("gang_autoscaler_learned_capacity_per_gang", **learned_labels)
@@ -122,6 +125,31 @@ async def test_a_restart_restores_the_learned_capacity(kube: FakeKube, live: Liv
         # Decode never ran near its target: it has nothing to restore and learns nothing.
         _, body = await second.get("/decisions")
         assert body["components"][f"{NS}/{DECODE}"]["plan"]["capacity_per_gang"] is None
+
+        # A new image: what one gang served before says nothing about the new gangs.
+        kube.patch(
+            kube.resource("leaderworkersets"),
+            NS,
+            PREFILL,
+            [
+                {
+                    "op": "replace",
+                    "path": "/spec/leaderWorkerTemplate/workerTemplate/spec/containers/0/image",
+                    "value": "vllm/vllm-openai:v0.11.0",
+                }
+            ],
+            content_type="application/json-patch+json",
+        )
+
+        async def forgotten() -> bool:
+            assert second is not None
+            return await prefill_capacity(second) is None
+
+        await wait_until(forgotten, timeout_s=15, what="the new template to forget the capacity")
+        assert (
+            await second.metric("gang_autoscaler_learned_capacity_per_gang", **learned_labels)
+            is None
+        )
     finally:
         if live.prometheus.running:
             await asyncio.to_thread(live.prometheus.set_targets, vllm_targets)

@@ -69,20 +69,30 @@ REPORTED = "gang_autoscaler_learned_capacity_reported_timestamp_seconds"
 
 def test_learned_capacity_names_what_it_is_valid_for_and_when_it_was_reported() -> None:
     metrics = ServiceMetrics()
-    identity = CapacityIdentity(lws_uid="uid-1", demand_query="3f2a9c0d1e4b")
+    identity = CapacityIdentity(lws_uid="uid-1", demand_query="3f2a9c0d1e4b", template="9b1c")
     before = time.time()
     metrics.observe_learned_capacity(DECODE, identity=identity, value=480.0)
-    series = LABELS | {("lws", "llama-d"), ("lws_uid", "uid-1"), ("demand_query", "3f2a9c0d1e4b")}
+    series = LABELS | {
+        ("lws", "llama-d"),
+        ("lws_uid", "uid-1"),
+        ("template", "9b1c"),
+        ("demand_query", "3f2a9c0d1e4b"),
+    }
     samples = _samples(metrics)
     assert samples[(LEARNED, series)] == 480.0
     assert before <= samples[(REPORTED, series)] <= time.time()
 
-    # a recreated LWS: the old object's series goes, the new one's comes
-    recreated = CapacityIdentity(lws_uid="uid-2", demand_query="3f2a9c0d1e4b")
-    metrics.observe_learned_capacity(DECODE, identity=recreated, value=300.0)
-    samples = _samples(metrics)
-    assert [v for (name, _), v in samples.items() if name == LEARNED] == [300.0]
-    assert len([name for name, _ in samples if name == REPORTED]) == 1
+    # a recreated LWS or a new template: the old series goes, the new one comes
+    for recreated in (
+        CapacityIdentity(lws_uid="uid-2", demand_query="3f2a9c0d1e4b", template="9b1c"),
+        CapacityIdentity(lws_uid="uid-2", demand_query="3f2a9c0d1e4b", template="77aa"),
+    ):
+        metrics.observe_learned_capacity(DECODE, identity=recreated, value=300.0)
+        samples = _samples(metrics)
+        assert [
+            (dict(s)["template"], v) for (name, s), v in samples.items() if name == LEARNED
+        ] == [(recreated.template, 300.0)]
+        assert len([name for name, _ in samples if name == REPORTED]) == 1
 
     # not learned (yet): nothing, rather than a 0
     metrics.observe_learned_capacity(DECODE, identity=recreated, value=None)
