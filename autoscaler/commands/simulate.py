@@ -15,7 +15,7 @@ from typing import Any
 from autoscaler.commands.arg_types import positive_duration_s
 from autoscaler.sim.config import load_settings
 from autoscaler.sim.errors import SimulationError
-from autoscaler.sim.report import table, write_json, write_report
+from autoscaler.sim.report import table, uses_table, write_json, write_report
 from autoscaler.sim.runner import POLICIES, compare, load_workload
 from autoscaler.sim.workload import BUILTIN_TRACE, SHARED_TRACES, resolve_trace
 
@@ -47,7 +47,7 @@ def add_parser(subparsers: Any) -> None:
         description="Replay a request trace through a simulated GPU cluster with the real "
         "decision core (gang) and the alternatives (reactive HPA, static peak sizing, a "
         "clairvoyant oracle); print SLO attainment, GPU-hours, partial-gang GPU-hours, scale "
-        "events and p99 TTFT for each.",
+        "events and p99 TTFT for each, and where each policy's GPU-hours go.",
     )
     parser.add_argument(
         "--trace",
@@ -127,6 +127,8 @@ def _simulate(args: argparse.Namespace) -> int:
         f"{settings.slo_ttft_s:g} s"
     )
     print(table(comparison))
+    print()
+    print(uses_table(comparison))
     if args.json is not None:
         write_json(comparison, args.json)
     if args.report is not None:

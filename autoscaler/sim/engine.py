@@ -120,6 +120,7 @@ _GLOBAL_COLUMNS = ("node_gpus", "partial_gpus", "prefill_waiting", "decode_waiti
 _COMPONENT_COLUMNS = (
     "spec_gangs",
     "ready_gangs",
+    "starting_gangs",
     "balloon_gangs",
     "demand",
     "capacity",
@@ -221,6 +222,7 @@ def _record(
     for name in capacity:
         series[f"{name}_spec_gangs"][k] = len(cluster.real[name])
         series[f"{name}_ready_gangs"][k] = ready[name]
+        series[f"{name}_starting_gangs"][k] = cluster.starting_gangs(name, now)
         series[f"{name}_balloon_gangs"][k] = cluster.balloon_gangs_placed(name)
         series[f"{name}_demand"][k] = demand[name][k]
         series[f"{name}_capacity"][k] = ready[name] * capacity[name]

@@ -1,5 +1,5 @@
 """The figures a run is judged by (DESIGN section 8 JSON): SLO attainment, GPU-hours,
-partial-gang GPU-hours, scale events, p99 TTFT."""
+partial-gang GPU-hours, scale events, p99 TTFT; and where the GPU-hours go."""
 
 from __future__ import annotations
 
@@ -33,6 +33,31 @@ def weighted_quantile(values: np.ndarray, weights: np.ndarray, q: float) -> floa
     cumulative = np.cumsum(weights[order])
     idx = int(np.searchsorted(cumulative, q * cumulative[-1], side="left"))
     return float(values[order][min(idx, values.size - 1)])
+
+
+def gpu_hours_by_use(result: RunResult) -> dict[str, float]:
+    """GPU-hours split by what the GPUs were doing; the parts add up to `gpu_hours`.
+
+    Per component: gangs serving (ready) and gangs starting (placed, loading weights). Then
+    balloon gangs, pods of partly placed gangs, and the rest of the nodes' GPUs: nodes still
+    booting, or idle (waiting out the cluster's idle timeout, or with slots no gang fits).
+    """
+    series, cluster = result.series, result.settings.cluster
+    dt_h = result.settings.step_s / 3600.0
+    per_gang = cluster.pods_per_gang * cluster.gpus_per_pod
+    components = [c.removesuffix("_ready_gangs") for c in series if c.endswith("_ready_gangs")]
+    used: dict[str, float] = {}
+    for name in components:
+        for state in ("ready", "starting"):
+            gangs = np.nansum(series[f"{name}_{state}_gangs"])
+            label = "serving" if state == "ready" else "starting"
+            used[f"{name} {label}"] = float(gangs * per_gang * dt_h)
+    balloons = sum(np.nansum(series[f"{name}_balloon_gangs"]) for name in components)
+    used["balloon gangs"] = float(balloons * per_gang * dt_h)
+    used["partial gangs"] = float(np.nansum(series["partial_gpus"]) * dt_h)
+    total = float(np.nansum(series["node_gpus"]) * dt_h)
+    used["nodes booting or idle"] = total - sum(used.values())
+    return used
 
 
 def measure(result: RunResult) -> PolicyMetrics:

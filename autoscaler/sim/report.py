@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from autoscaler.sim.metrics import gpu_hours_by_use
 from autoscaler.sim.runner import Comparison
 
 TABLE_COLUMNS = (
@@ -19,6 +20,18 @@ TABLE_COLUMNS = (
     ("scale events", "{}"),
     ("p99 TTFT s", "{:.2f}"),
 )
+
+
+def _markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    """A Markdown table padded to its columns, so it also reads on a terminal."""
+    widths = [max(len(header[i]), *(len(r[i]) for r in rows)) for i in range(len(header))]
+    lines = [
+        "| " + " | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)) + " |",
+        "|" + "|".join("-" * (w + 2) for w in widths) + "|",
+    ]
+    for row in rows:
+        lines.append("| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + " |")
+    return "\n".join(lines)
 
 
 def table(comparison: Comparison) -> str:
@@ -34,15 +47,18 @@ def table(comparison: Comparison) -> str:
             m.p99_ttft_s,
         )
         rows.append([fmt.format(v) for (_, fmt), v in zip(TABLE_COLUMNS, values, strict=True)])
-    header = [title for title, _ in TABLE_COLUMNS]
-    widths = [max(len(header[i]), *(len(r[i]) for r in rows)) for i in range(len(header))]
-    lines = [
-        "| " + " | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)) + " |",
-        "|" + "|".join("-" * (w + 2) for w in widths) + "|",
+    return _markdown_table([title for title, _ in TABLE_COLUMNS], rows)
+
+
+def uses_table(comparison: Comparison) -> str:
+    """GPU-hours by use (`gpu_hours_by_use`), one row per policy, as a Markdown table."""
+    uses = {name: gpu_hours_by_use(result) for name, result in comparison.results.items()}
+    columns = list(next(iter(uses.values())))
+    rows = [
+        [name, *(f"{parts[c]:.1f}" for c in columns), f"{sum(parts.values()):.1f}"]
+        for name, parts in uses.items()
     ]
-    for row in rows:
-        lines.append("| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + " |")
-    return "\n".join(lines)
+    return _markdown_table(["GPU-hours", *columns, "total"], rows)
 
 
 def write_json(comparison: Comparison, path: Path) -> None:
@@ -204,6 +220,14 @@ def _markdown(comparison: Comparison, plots: list[Path]) -> str:
         "GPU-hours count every node that exists (provisioning included) for as long as it "
         "exists; partial-gang GPU-hours count GPUs held by pods of gangs that are only partly "
         "placed. See docs/simulator.md for the model.",
+        "",
+        "## Where the GPU-hours go",
+        "",
+        uses_table(comparison),
+        "",
+        "Serving: gangs that are ready. Starting: gangs placed and loading (gang start-up). "
+        "Nodes booting or idle: GPUs of nodes being provisioned, or with nothing on them "
+        "(a node is removed after the cluster's idle timeout).",
         "",
     ]
     for path in plots:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -9,6 +10,9 @@ import pytest
 
 from autoscaler.sim.cluster import Cluster
 from autoscaler.sim.config import ClusterSettings, SimSettings
+from autoscaler.sim.controller import Action, Snapshot
+from autoscaler.sim.engine import simulate
+from autoscaler.sim.metrics import gpu_hours_by_use, measure
 from autoscaler.sim.serving import Serving
 from autoscaler.sim.workload import Workload
 
@@ -221,3 +225,37 @@ def test_clairvoyant_requirement_of_a_steady_load(prompt_tokens_per_s: int, gang
     # away from the end of the trace (where windows run out of arrivals)
     assert set(need["prefill"][:-24].tolist()) == {gangs}
     assert set(need["decode"].tolist()) == {1}
+
+
+class _ScaleUpOnce:
+    """One prefill and one decode gang serving at t=0; the first tick asks for a second
+    prefill gang, which needs new nodes."""
+
+    name = "scripted"
+    gang_scheduling = True
+
+    def initial_gangs(self) -> dict[str, int]:
+        return {"prefill": 1, "decode": 1}
+
+    def decide(self, snapshot: Snapshot) -> dict[str, Action]:
+        return {"prefill": Action(desired_gangs=2), "decode": Action(desired_gangs=1)}
+
+
+def test_gpu_hours_by_use_follow_a_scale_up_through_booting_and_start_up() -> None:
+    # 2 x 8-GPU pods per gang, 8-GPU nodes. The first tick (15 s) orders a gang: its two
+    # nodes boot for 300 s, then it loads for 180 s (ready at 495 s), then serves to 600 s.
+    settings = SimSettings()
+    workload = dataclasses.replace(burst(1, prompt_tokens=100.0), duration_s=600.0)
+    result = simulate(workload, _ScaleUpOnce(), settings)
+    gpu_h = 16 / 3600  # one gang's GPUs for one second
+    uses = gpu_hours_by_use(result)
+    assert uses == {
+        "prefill serving": pytest.approx((600 + 105) * gpu_h),
+        "prefill starting": pytest.approx(180 * gpu_h),
+        "decode serving": pytest.approx(600 * gpu_h),
+        "decode starting": 0.0,
+        "balloon gangs": 0.0,
+        "partial gangs": 0.0,
+        "nodes booting or idle": pytest.approx(300 * gpu_h),
+    }
+    assert sum(uses.values()) == pytest.approx(measure(result).gpu_hours)

@@ -201,6 +201,8 @@ def test_cli_writes_the_design_json(tmp_path: Path, capsys: pytest.CaptureFixtur
         assert isinstance(figures["scale_events"], int)
     printed = capsys.readouterr().out
     assert "| gang" in printed and "| oracle" in printed
+    assert "nodes booting or idle" in printed  # where the GPU-hours go
+    assert "## Where the GPU-hours go" in (report / "report.md").read_text()
     for name in ("report.md", "timeseries.csv", "gangs_and_balloons.png", "ttft_percentiles.png"):
         assert (report / name).stat().st_size > 0
 
