@@ -172,6 +172,18 @@ class Actuator:
             return ComponentApplied(key, dry, events=tuple(notes))
         if plan is None or found.shape is None:
             return ComponentApplied(key, dry)
+        if plan.forgotten_capacity_per_gang is not None and not dry_run:
+            await self._event(
+                ref,
+                notes,
+                type_=NORMAL,
+                reason="LearnedCapacityForgotten",
+                message=(
+                    f"the gang template changed: capacity per gang "
+                    f"{plan.forgotten_capacity_per_gang:g} learned for the old one is forgotten "
+                    "and will be learned again at the next saturation"
+                ),
+            )
 
         outcome: ScaleOutcome | None = None
         if plan.changes_replicas and not dry:

@@ -57,6 +57,7 @@ class _Draft:
     memory: ComponentMemory
     capacity: float | None
     need: int  # the proposal before limits, remembered at a scale-up
+    forgotten_capacity: float | None = None  # learned for another gang template
     steps: list[Step] = field(default_factory=list)
 
     def step(self, stage: str, gangs: int, reason: Reason, detail: str = "") -> None:
@@ -102,7 +103,8 @@ def _draft(
     # What one gang served under another template (a new image, model or parallelism) says
     # nothing about this one, and a stale low value would never be corrected: the floor it
     # sets keeps the component below the load at which learning happens.
-    previous = memory.learned_capacity_per_gang if memory.learned_template == obs.template else None
+    same_template = memory.learned_template == obs.template
+    previous = memory.learned_capacity_per_gang if same_template else None
     learned = learn_capacity(previous, obs, usage_ratio=proposal.usage_ratio)
     capacity = capacity_per_gang(policy, learned)
     draft = _Draft(
@@ -115,6 +117,7 @@ def _draft(
         memory=replace(memory, learned_capacity_per_gang=learned, learned_template=obs.template),
         capacity=capacity,
         need=current,
+        forgotten_capacity=None if same_template else memory.learned_capacity_per_gang,
     )
     draft.step("reactive", proposal.gangs, proposal.reason, proposal.detail)
     draft.reason = proposal.reason  # the first stage speaks even when it changes nothing
@@ -348,6 +351,7 @@ def plan(
                 rolled_back_groups=rolled,
                 stuck_groups=stuck,
                 capacity_per_gang=d.capacity,
+                forgotten_capacity_per_gang=d.forgotten_capacity,
                 detail=next((s.detail for s in reversed(d.steps) if s.reason is d.reason), ""),
             )
             memories[key] = d.memory

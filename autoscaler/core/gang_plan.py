@@ -78,6 +78,8 @@ class ComponentPlan:
     # partial gangs past their timeout that stay (below the desired count): reported only
     stuck_groups: tuple[int, ...] = ()
     capacity_per_gang: float | None = None
+    # a capacity per gang learned for another gang template, dropped by this plan
+    forgotten_capacity_per_gang: float | None = None
     detail: str = ""
 
     @property

@@ -112,24 +112,20 @@ def seed_memory(memory: Memory, observations: Observations, *, now_s: float) -> 
     return Memory(components={**memory.components, **new})
 
 
-def log_forgotten_capacities(before: Memory, after: Memory) -> None:
-    """Say which components' plans dropped a capacity learned for another gang template."""
-    for key, old in sorted(before.components.items()):
-        new = after.components.get(key)
-        if (
-            new is not None
-            and old.learned_capacity_per_gang is not None
-            and new.learned_template != old.learned_template
-        ):
-            log.info(
-                "%s: gang template changed (%s -> %s); capacity per gang %g learned for the "
-                "old one is forgotten and will be learned again at the next saturation",
-                key,
-                old.learned_template,
-                new.learned_template,
-                old.learned_capacity_per_gang,
-                extra={"component_key": str(key)},
-            )
+def log_forgotten_capacities(gang_plan: GangPlan, before: Memory, after: Memory) -> None:
+    """Say which plans dropped a capacity per gang learned for another gang template."""
+    for key, plan in sorted(gang_plan.components.items()):
+        if plan.forgotten_capacity_per_gang is None:
+            continue
+        log.info(
+            "%s: gang template changed (%s -> %s); capacity per gang %g learned for the "
+            "old one is forgotten and will be learned again at the next saturation",
+            key,
+            before.of(key).learned_template,
+            after.of(key).learned_template,
+            plan.forgotten_capacity_per_gang,
+            extra={"component_key": str(key)},
+        )
 
 
 def plan_isolated(
@@ -354,7 +350,7 @@ class ControlLoop:
             now_s=now_s,
             on_error=self._metrics.count_error,
         )
-        log_forgotten_capacities(before, self.memory)
+        log_forgotten_capacities(gang_plan, before, self.memory)
         parts["plan"] = gang_plan
 
         # act: only the leader, and never in dry-run

@@ -260,12 +260,14 @@ def test_a_new_gang_template_forgets_the_capacity_learned_for_the_old_one():
                         memory=memory)  # fmt: skip
     assert (same.desired_gangs, same.reason) == (5, Reason.FORECAST_FLOOR)
     assert kept.learned_capacity_per_gang == pytest.approx(1000)
+    assert same.forgotten_capacity_per_gang is None
 
     # Template "b" (a new image, say): the old value is dropped, so no floor until it is
     # learned again, and the memory says which template the (absent) value belongs to.
     changed, forgot = decide(replace(calm, template="b"), policy(max_scale_up=5),
                              fc=forecast(4_200), memory=memory)  # fmt: skip
     assert changed.capacity_per_gang is None
+    assert changed.forgotten_capacity_per_gang == pytest.approx(1000)  # for the Event
     assert changed.desired_gangs == 2
     assert (forgot.learned_capacity_per_gang, forgot.learned_template) == (None, "b")
 

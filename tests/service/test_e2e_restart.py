@@ -146,6 +146,15 @@ async def test_a_restart_restores_the_learned_capacity(kube: FakeKube, live: Liv
             return await prefill_capacity(second) is None
 
         await wait_until(forgotten, timeout_s=15, what="the new template to forget the capacity")
+        await wait_until(
+            lambda: any(
+                e.get("reason") == "LearnedCapacityForgotten"
+                and e["involvedObject"]["name"] == PREFILL
+                for e in kube.objects("events", NS)
+            ),
+            timeout_s=10,
+            what="an Event on the LWS saying the capacity was forgotten",
+        )
         assert (
             await second.metric("gang_autoscaler_learned_capacity_per_gang", **learned_labels)
             is None

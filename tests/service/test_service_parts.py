@@ -68,8 +68,8 @@ def test_a_capacity_dropped_for_a_new_template_is_logged(caplog: pytest.LogCaptu
 
     def tick(template: str) -> Memory:
         seen = observations(replace(obs("a", ready=2, kv=0.5, demand=1000.0), template=template))
-        _, after = core_plan(seen, {A: policy()}, {}, learned, now=1000.0)
-        log_forgotten_capacities(learned, after)
+        plan, after = core_plan(seen, {A: policy()}, {}, learned, now=1000.0)
+        log_forgotten_capacities(plan, learned, after)
         return after
 
     with caplog.at_level(logging.INFO, logger="autoscaler.service.control_loop"):
