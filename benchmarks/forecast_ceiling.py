@@ -18,11 +18,9 @@ oracle's requirement, so each of those needs is known exactly and at once), and 
 down. Where even that misses the SLO, the misses come from peaks larger than anything seen a
 lead time before them, which no policy that decides from the past can have capacity for.
 
-With `--envelope`, a fourth row runs `gang` with the default forecaster's point raised to a
-causal seasonal envelope: the highest demand within +-2 windows of the same time of day on
-each of the last 3 days, scaled by how the latest window compares with those days at the
-same time (clamped to 0.5-2x). It shows what buying SLO with capacity costs on traces whose
-daily steps jitter by tens of minutes.
+With `--model NAME` (repeatable), a row per named forecaster runs `gang` planning from it
+instead of the default (`seasonal_envelope`), e.g. `--model state_space`, the plain
+state-space forecast the envelope raises.
 """
 
 from __future__ import annotations
@@ -44,12 +42,9 @@ from autoscaler.sim.metrics import measure
 from autoscaler.sim.requirement import required_gangs
 from autoscaler.sim.runner import build_controllers, load_workload, with_quota
 from autoscaler.sim.workload import resolve_trace
-from forecasting.protocol import ForecastResult
+from forecasting.models import MODELS, PLANNING_MODEL, make_forecaster
+from forecasting.protocol import Forecaster, ForecastResult
 from forecasting.series import Series
-from forecasting.state_space import DailyStateSpace
-
-ENVELOPE_DAYS = 3
-ENVELOPE_SLACK_WINDOWS = 2
 
 
 class Clairvoyant:
@@ -81,33 +76,6 @@ class Clairvoyant:
         return ForecastResult(point=value, upper=value, quantile=0.9, horizon_s=horizon_s)
 
 
-class SeasonalEnvelope(DailyStateSpace):
-    """The default (daily state-space) model, its point raised to the seasonal envelope
-    (module docstring); when the model is unavailable, persistence stands in unraised."""
-
-    name = "seasonal-envelope"
-
-    def _model_forecast(self, steps: int) -> tuple[float, float]:
-        point, upper = super()._model_forecast(steps)
-        values = self._history.array()
-        last, season, slack = values.size - 1, self.season_windows, ENVELOPE_SLACK_WINDOWS
-        peaks, levels = [], []
-        for day in range(1, ENVELOPE_DAYS + 1):
-            target = last + steps - day * season
-            window = values[max(target - slack, 0) : min(target + slack + 1, values.size)]
-            if target - slack >= 0 and np.isfinite(window).any():
-                peaks.append(float(np.nanmax(window)))
-            then = last - day * season
-            if then >= 0 and math.isfinite(values[then]):
-                levels.append(float(values[then]))
-        observed = values[np.isfinite(values)]
-        if not peaks or not levels or observed.size == 0:
-            return point, upper
-        ratio = min(max(float(observed[-1]) / float(np.mean(levels)), 0.5), 2.0)
-        point = max(point, max(peaks) * ratio)
-        return point, max(point, upper)
-
-
 def hindsight_max(oracle: OracleController, requirement: Mapping[str, np.ndarray]) -> Controller:
     """Holds the most gangs the requirement reached up to now, never scaling down; starts
     where every policy starts (the oracle's first step)."""
@@ -124,7 +92,13 @@ def main() -> None:
     parser.add_argument("--trace", default="servegen-m-small")
     parser.add_argument("--config", type=Path, default=None)
     parser.add_argument("--traces-dir", type=Path, default=None)
-    parser.add_argument("--envelope", action="store_true", help="add the seasonal-envelope row")
+    parser.add_argument(
+        "--model",
+        action="append",
+        default=[],
+        choices=sorted(MODELS),
+        help="add a row with gang planning from this forecaster",
+    )
     args = parser.parse_args()
 
     settings = load_settings(args.config)
@@ -141,7 +115,10 @@ def main() -> None:
     assert isinstance(oracle, OracleController)
     requirement = required_gangs(workload, settings, n_steps=n_steps)
     runs = [
-        ("gang, default forecaster", build_controllers(workload, settings, ["gang"])[0]),
+        (
+            f"gang, default forecaster ({PLANNING_MODEL})",
+            build_controllers(workload, settings, ["gang"])[0],
+        ),
         (
             "gang, clairvoyant forecaster",
             build_controllers(workload, settings, ["gang"], forecaster_factory=clairvoyant)[0],
@@ -149,13 +126,13 @@ def main() -> None:
         ("hindsight max", hindsight_max(oracle, requirement)),
         ("oracle", oracle),
     ]
-    if args.envelope:
+    for name in args.model:
 
-        def envelope(component: str, step_s: float) -> SeasonalEnvelope:
-            return SeasonalEnvelope(step_s=step_s)
+        def other(component: str, step_s: float, name: str = name) -> Forecaster:
+            return make_forecaster(name, step_s=step_s)
 
-        gang = build_controllers(workload, settings, ["gang"], forecaster_factory=envelope)[0]
-        runs.insert(2, ("gang, seasonal-envelope forecaster", gang))
+        gang = build_controllers(workload, settings, ["gang"], forecaster_factory=other)[0]
+        runs.insert(2, (f"gang, {name} forecaster", gang))
     metrics = {label: measure(simulate(workload, c, settings, progress=False)) for label, c in runs}
     oracle_gpu_h = metrics["oracle"].gpu_hours
     print(f"trace {args.trace}")

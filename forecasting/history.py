@@ -18,23 +18,36 @@ class WindowHistory:
 
     def __init__(self, *, max_windows: int) -> None:
         self._values: collections.deque[float] = collections.deque(maxlen=max_windows)
+        self._array: FloatArray | None = None  # `array()` until the next change
         self.last_end_s: float | None = None
 
     def clear(self) -> None:
         self._values.clear()
+        self._array = None
         self.last_end_s = None
 
     def extend(self, windows: Windows) -> None:
         if windows.values.size == 0:
             return
         self._values.extend(windows.values.tolist())
+        self._array = None
         self.last_end_s = float(windows.end_timestamps_s[-1])
 
     def __len__(self) -> int:
         return len(self._values)
 
+    def __getstate__(self) -> dict[str, object]:
+        # the cached array is rebuilt on demand; a fit shipped to a worker need not carry it
+        return {**self.__dict__, "_array": None}
+
     def array(self) -> FloatArray:
-        return np.fromiter(self._values, dtype=np.float64, count=len(self._values))
+        """The values, oldest first; read-only, and built once per change (a forecast is
+        asked for every tick, a window closes every few minutes)."""
+        if self._array is None:
+            built = np.fromiter(self._values, dtype=np.float64, count=len(self._values))
+            built.flags.writeable = False
+            self._array = built
+        return self._array
 
     def last_observed(self) -> float | None:
         """The newest finite value, however old; None when every window is missing."""

@@ -17,11 +17,13 @@ from autoscaler.commands.arg_types import positive_duration_s
 from forecasting.backtest import BacktestReport, run_backtest
 from forecasting.errors import ForecastingError
 from forecasting.grid import DEFAULT_STEP_S
-from forecasting.models import MODELS
+from forecasting.models import MODELS, PLANNING_MODEL
 from forecasting.traces import default_traces_dir, load_trace
 
 DEFAULT_TRACE = "servegen_m-small"
 EXIT_BAD_INPUT = 2
+# the model the autoscaler orders capacity from, biased upwards on purpose
+MARKERS = {PLANNING_MODEL: " (plans capacity)"}
 
 
 def add_parser(subparsers: Any) -> None:
@@ -97,17 +99,18 @@ def _backtest(args: argparse.Namespace) -> int:
 
 
 def format_table(report: BacktestReport) -> str:
+    width = max(16, *(len(name) + 2 for name in report.models))
     lines = [
         f"trace {report.trace}: horizon {report.horizon_s:g} s, windows of {report.step_s:g} s,"
         f" {report.train_windows} training windows, {report.scored_origins} scored origins,"
         f" upper bound at q={report.quantile:g}",
-        f"{'model':<16}{'MASE':>8}{'sMAPE%':>8}{'vs pers':>9}{'vs snaive':>10}"
+        f"{'model':<{width}}{'MASE':>8}{'sMAPE%':>8}{'vs pers':>9}{'vs snaive':>10}"
         f"{'coverage':>10}{'fit s':>8}{'fallback':>10}",
     ]
     for name, score in report.models.items():
-        marker = " (default)" if name == report.default_model else ""
+        marker = MARKERS.get(name, "") if name != report.default_model else " (default)"
         lines.append(
-            f"{name:<16}{_f(score.mase, 3):>8}{_f(score.smape, 2):>8}"
+            f"{name:<{width}}{_f(score.mase, 3):>8}{_f(score.smape, 2):>8}"
             f"{_f(score.ratio_vs_persistence, 3):>9}{_f(score.ratio_vs_seasonal_naive, 3):>10}"
             f"{_f(score.coverage, 3):>10}{_f(score.fit_seconds_median, 3):>8}"
             f"{_f(score.fallback_share, 3):>10}{marker}"

@@ -161,6 +161,7 @@ class Service:
         )
         self.forecasts = DemandForecasts(
             executor=self._executor,
+            model=settings.forecast_model,
             step_s=forecast_step_s,
             refit_interval_s=refit_interval_s,
             backfill_days=settings.backfill_days,

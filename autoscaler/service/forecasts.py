@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from autoscaler.adapters.prometheus_source import PrometheusSource
 from autoscaler.core.model import Component, ComponentKey, Forecast
 from forecasting.fitter import BackgroundFitter
-from forecasting.models import DEFAULT_MODEL, make_forecaster
+from forecasting.models import PLANNING_MODEL, make_forecaster
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ class DemandForecasts:
         self,
         *,
         executor: Executor,
-        model: str = DEFAULT_MODEL,
+        model: str = PLANNING_MODEL,
         step_s: float = DEFAULT_STEP_S,
         refit_interval_s: float = DEFAULT_REFIT_INTERVAL_S,
         backfill_days: float = 7.0,

@@ -24,6 +24,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    field_validator,
     model_validator,
 )
 from pydantic_settings import (
@@ -36,6 +37,7 @@ from pydantic_settings import (
 
 from autoscaler.adapters.prometheus_queries import PrometheusQueries
 from autoscaler.core.policy import parse_duration
+from forecasting.models import MODELS, PLANNING_MODEL
 
 ENV_PREFIX = "GANG_AUTOSCALER_"
 
@@ -183,6 +185,13 @@ class RunSettings(BaseSettings):
         description="Days of demand history read from Prometheus at start for the forecasters, "
         "and how far back a learned capacity per gang is looked up; 0 turns both off.",
     )
+    forecast_model: str = Field(
+        default=PLANNING_MODEL,
+        description="The forecaster capacity is planned from: seasonal_envelope (the "
+        "state-space forecast raised to the peak of the last 3 days around the same time of "
+        "day) or state_space (the most accurate point forecast, cheaper and later on daily "
+        "steps); docs/forecasting.md.",
+    )
     cluster_can_grow: bool = Field(
         default=True,
         description="The cluster has a node autoscaler: request gangs beyond what fits now.",
@@ -193,6 +202,13 @@ class RunSettings(BaseSettings):
     buffer: BufferDefaults = Field(
         default=BufferDefaults(), description="Default balloon-gang buffer bounds."
     )
+
+    @field_validator("forecast_model")
+    @classmethod
+    def _known_model(cls, value: str) -> str:
+        if value not in MODELS:
+            raise ValueError(f"unknown forecast model {value!r}; known: {', '.join(MODELS)}")
+        return value
 
     @property
     def tick_s(self) -> float:
@@ -244,6 +260,7 @@ _FLAGS: tuple[tuple[str, str, dict[str, Any]], ...] = (
     ("--prometheus-timeout", "prometheus_timeout", _duration_flag("prometheus_timeout")),
     ("--staleness-limit", "staleness_limit", _duration_flag("staleness_limit")),
     ("--backfill-days", "backfill_days", {"metavar": "DAYS", "type": float}),
+    ("--forecast-model", "forecast_model", {"choices": tuple(MODELS)}),
     ("--cluster-can-grow", "cluster_can_grow", {"action": argparse.BooleanOptionalAction}),
 )
 

@@ -2,10 +2,11 @@
 
 Each tick the simulated cluster is turned into the `Observations` the Prometheus and
 Kubernetes adapters would produce, the policies are parsed from LWS annotations by the real
-`parse_policy`, the real default forecaster (from `forecasting`) supplies the demand
-forecast one lead time ahead, and the real `core.decision.plan` decides gangs and balloon
-gangs. The forecaster is refitted on a slower cadence than the tick and updated with each
-tick's observation in between, as the service does; simulated time is the clock throughout.
+`parse_policy`, the forecaster the service plans from (`forecasting.PLANNING_MODEL`)
+supplies the demand forecast one lead time ahead, and the real `core.decision.plan` decides
+gangs and balloon gangs. The forecaster is refitted on a slower cadence than the tick and
+updated with each tick's observation in between, as the service does; simulated time is the
+clock throughout.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from autoscaler.core.policy import Policy, parse_policy
 from autoscaler.core.shape import GangShape, PodShape
 from autoscaler.sim.config import SimSettings
 from autoscaler.sim.controller import Action, Snapshot
-from forecasting.models import make_forecaster
+from forecasting.models import PLANNING_MODEL, make_forecaster
 from forecasting.protocol import Forecaster
 from forecasting.series import Series
 
@@ -89,7 +90,7 @@ def default_annotations(
 
 
 def _default_forecaster(component: str, step_s: float) -> Forecaster:
-    return make_forecaster(step_s=step_s)
+    return make_forecaster(PLANNING_MODEL, step_s=step_s)
 
 
 class GangController:
@@ -107,7 +108,7 @@ class GangController:
         forecaster_factory: ForecasterFactory | None = None,
     ) -> None:
         """`forecaster_factory(component, step_s)` builds each component's forecaster; by
-        default the product's default forecaster (benchmarks pass others to compare)."""
+        default the one the service plans from (benchmarks pass others to compare)."""
         self.settings = settings
         self.initial = dict(initial)
         self.keys = {c: ComponentKey(NAMESPACE, f"model-{c}") for c in initial}

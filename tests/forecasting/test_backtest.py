@@ -50,6 +50,7 @@ def test_backtest_scores_every_model_on_the_same_origins(small_report) -> None:
         "seasonal_naive",
         "holt_winters",
         "state_space",
+        "seasonal_envelope",
     }
     persistence = small_report.models["persistence"]
     assert persistence.ratio_vs_persistence == 1.0
@@ -187,7 +188,9 @@ def test_command_scores_the_raw_azure_trace_at_a_short_step(capsys) -> None:
     out = capsys.readouterr().out
     # One hour holds no daily cycle: the seasonal models say so by falling back every time.
     assert "windows of 60 s" in out
-    assert out.splitlines()[-1].split()[-2] == "1.000"
+    rows = {line.split()[0]: line.split() for line in out.splitlines()[2:]}
+    assert rows["state_space"][-2] == "1.000" and rows["state_space"][-1] == "(default)"
+    assert rows["seasonal_envelope"][-3] == "1.000"  # ... (plans capacity)
 
 
 def test_command_rejects_a_horizon_without_unit() -> None:

@@ -97,3 +97,45 @@ def test_a_missing_window_advances_holt_winters_without_correcting_the_level() -
     two_ahead = forecaster._model_forecast(2)[0]
     forecaster.update([history.timestamps_s[-1] + STEP_S], [np.nan])
     assert forecaster._model_forecast(1)[0] == pytest.approx(two_ahead)
+
+
+def _daily_steps(today_level: float) -> Series:
+    """Three days at 100 whose step to 300 starts at window 54, 55 and 53 (10-minute windows,
+    the same time of day give or take one window), then today up to window 50 at
+    `today_level`."""
+    values = np.full(3 * DAY_WINDOWS + 51, 100.0)
+    for day, start in enumerate((54, 55, 53)):
+        values[day * DAY_WINDOWS + start : day * DAY_WINDOWS + start + 6] = 300.0
+    values[3 * DAY_WINDOWS :] = today_level
+    return Series((np.arange(values.size) + 1) * STEP_S, values)
+
+
+@pytest.mark.parametrize(
+    ("today_level", "steps", "expected"),
+    [
+        pytest.param(100.0, 4, 300.0, id="the-step-of-past-days-within-10-minutes"),
+        pytest.param(150.0, 4, 450.0, id="scaled-by-today-against-those-days"),
+        pytest.param(500.0, 4, 600.0, id="scale-clamped-at-2x"),
+        pytest.param(100.0, 1, 100.0, id="no-step-within-10-minutes-of-window-51"),
+    ],
+)
+def test_seasonal_envelope_raises_the_point_to_the_peak_of_past_days(
+    today_level: float, steps: int, expected: float
+) -> None:
+    envelope = make_forecaster("seasonal_envelope", step_s=STEP_S)
+    plain = make_forecaster("state_space", step_s=STEP_S)
+    history = _daily_steps(today_level)
+    envelope.fit(history)
+    plain.fit(history)
+    assert envelope.envelope(steps) == pytest.approx(expected)  # type: ignore[attr-defined]
+    raised, model = envelope.forecast(steps * STEP_S), plain.forecast(steps * STEP_S)
+    assert raised is not None and model is not None and model.fallback_reason is None
+    assert raised.point == pytest.approx(max(model.point, expected))
+    assert raised.upper >= raised.point
+
+
+def test_seasonal_envelope_needs_a_past_day() -> None:
+    history = _daily_steps(100.0)
+    envelope = make_forecaster("seasonal_envelope", step_s=STEP_S)
+    envelope.fit(Series(history.timestamps_s[:100], history.values[:100]))
+    assert envelope.envelope(4) is None  # type: ignore[attr-defined]

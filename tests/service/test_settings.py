@@ -47,6 +47,9 @@ def test_defaults_follow_the_design() -> None:
     assert "vllm:kv_cache_usage_perc" in settings.queries.kv_cache
     assert settings.kubeconfig is None
     assert settings.lease_namespace is None
+    assert settings.forecast_model == "seasonal_envelope"
+    plain = _load("--prometheus-url", "http://prom:9090", "--forecast-model", "state_space")
+    assert plain.forecast_model == "state_space"
 
 
 def test_flags_beat_environment_beat_file_beat_defaults(
@@ -135,6 +138,11 @@ def test_bad_values_are_refused_with_the_field_named(argv: list[str], message: s
             "prometheus_url: http://p:1\nbuffer:\n  min_gangs: 3\n  max_gangs: 1\n",
             "min_gangs",
             id="buffer-min-above-max",
+        ),
+        pytest.param(
+            "prometheus_url: http://p:1\nforecast_model: prophet\n",
+            "unknown forecast model 'prophet'; known: persistence",
+            id="unknown-forecast-model",
         ),
     ],
 )
