@@ -5,9 +5,12 @@ Traffic with a daily shape often steps up at roughly, not exactly, the same time
 from one day to the next). A point forecast smooths such steps away, and capacity ordered
 from it arrives one lead time after the step. The envelope provisions for the step instead:
 the highest demand within `slack_s` of the forecast time of day on each of the last `days`
-days, scaled by how the latest window compares with those days at the same time (clamped to
-`0.5-2x`, so one odd window cannot swing it far). The point is the larger of the model's
-point and the envelope; the upper bound is at least the point.
+days, scaled by today's level against theirs: the mean of the last `level_s` against the
+mean of the same stretch on those days, at most 2x. An hour, not the last window, so one
+dip or one missing window does not drop the envelope just before a step; no lower bound, so
+a day whose traffic has stopped (a holiday, a model retired) does not keep capacity for the
+peaks of the days before. The point is the larger of the model's point and the envelope;
+the upper bound is at least the point.
 
 This is a planning forecast, not an estimate of the mean: it is biased upwards on purpose,
 and scores worse than `state_space` on accuracy (docs/forecasting.md). It buys SLO
@@ -26,22 +29,29 @@ from forecasting.state_space import DailyStateSpace
 
 DEFAULT_DAYS = 3
 DEFAULT_SLACK_S = 600.0
-LEVEL_RATIO_BOUNDS = (0.5, 2.0)
+DEFAULT_LEVEL_S = 3600.0
+MAX_LEVEL_RATIO = 2.0
 
 
 class SeasonalEnvelope(DailyStateSpace):
     name = "seasonal_envelope"
 
     def __init__(
-        self, *, days: int = DEFAULT_DAYS, slack_s: float = DEFAULT_SLACK_S, **kwargs: Any
+        self,
+        *,
+        days: int = DEFAULT_DAYS,
+        slack_s: float = DEFAULT_SLACK_S,
+        level_s: float = DEFAULT_LEVEL_S,
+        **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         if days < 1:
             raise ValueError(f"days must be >= 1, got {days}")
-        if slack_s < 0:
-            raise ValueError(f"slack_s must be >= 0, got {slack_s}")
+        if slack_s < 0 or level_s <= 0:
+            raise ValueError(f"need slack_s >= 0 and level_s > 0, got {slack_s}, {level_s}")
         self.days = days
         self.slack_windows = round(slack_s / self.step_s)
+        self.level_windows = max(1, round(level_s / self.step_s))
 
     def _model_forecast(self, steps: int) -> tuple[float, float]:
         point, upper = super()._model_forecast(steps)
@@ -55,7 +65,8 @@ class SeasonalEnvelope(DailyStateSpace):
         """The seasonal envelope `steps` windows after the last one, or None without a full
         day of history."""
         values = self._history.array()
-        last, season, slack = values.size - 1, self.season_windows, self.slack_windows
+        last, season = values.size - 1, self.season_windows
+        slack, level = self.slack_windows, self.level_windows
         peaks, levels = [], []
         for day in range(1, self.days + 1):
             target = last + steps - day * season
@@ -63,11 +74,14 @@ class SeasonalEnvelope(DailyStateSpace):
             if target - slack >= 0 and np.isfinite(window).any():
                 peaks.append(float(np.nanmax(window)))
             then = last - day * season
-            if then >= 0 and math.isfinite(values[then]):
-                levels.append(float(values[then]))
-        latest = self._history.last_observed()
-        if not peaks or not levels or latest is None or float(np.mean(levels)) <= 0:
+            stretch = values[max(then - level + 1, 0) : then + 1]
+            if then - level + 1 >= 0 and np.isfinite(stretch).any():
+                levels.append(float(np.nanmean(stretch)))
+        recent = values[max(last - level + 1, 0) :]
+        if not peaks or not levels or not np.isfinite(recent).any():
             return None
-        low, high = LEVEL_RATIO_BOUNDS
-        ratio = min(max(float(latest) / float(np.mean(levels)), low), high)
+        then_level = float(np.mean(levels))
+        if then_level <= 0:
+            return None
+        ratio = min(float(np.nanmean(recent)) / then_level, MAX_LEVEL_RATIO)
         return max(peaks) * ratio

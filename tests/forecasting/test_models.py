@@ -102,7 +102,8 @@ def test_a_missing_window_advances_holt_winters_without_correcting_the_level() -
 def _daily_steps(today_level: float) -> Series:
     """Three days at 100 whose step to 300 starts at window 54, 55 and 53 (10-minute windows,
     the same time of day give or take one window), then today up to window 50 at
-    `today_level`."""
+    `today_level`: today's last hour against the same hour of those days is
+    `today_level / 100`."""
     values = np.full(3 * DAY_WINDOWS + 51, 100.0)
     for day, start in enumerate((54, 55, 53)):
         values[day * DAY_WINDOWS + start : day * DAY_WINDOWS + start + 6] = 300.0
@@ -115,7 +116,8 @@ def _daily_steps(today_level: float) -> Series:
     [
         pytest.param(100.0, 4, 300.0, id="the-step-of-past-days-within-10-minutes"),
         pytest.param(150.0, 4, 450.0, id="scaled-by-today-against-those-days"),
-        pytest.param(500.0, 4, 600.0, id="scale-clamped-at-2x"),
+        pytest.param(500.0, 4, 600.0, id="scale-capped-at-2x"),
+        pytest.param(0.0, 4, 0.0, id="traffic-stopped-today-holds-nothing"),
         pytest.param(100.0, 1, 100.0, id="no-step-within-10-minutes-of-window-51"),
     ],
 )
