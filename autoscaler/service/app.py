@@ -221,11 +221,12 @@ class Service:
             self.elector.start()
         self.metrics.set_leader(False)
         log.info(
-            "started %s: tick %gs, %s, http port %d",
+            "started %s: tick %gs, %s, http port %d, capacity planned from the %s forecast",
             self.identity,
             self.tick_s,
             "dry-run" if self.settings.dry_run else "leader election on",
             self.http.port,
+            self.settings.forecast_model,
         )
 
     async def run(self, stop: asyncio.Event) -> None:
