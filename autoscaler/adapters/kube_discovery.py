@@ -116,7 +116,7 @@ class DiscoveredComponent:
     policy: Policy | None  # None when its own annotations are invalid
     problems: tuple[PolicyProblem, ...]  # its own and its deployment's; empty when usable
     shape: GangShape | None  # None when the templates' resources cannot be read
-    template: str  # `template_digest`: a learned capacity per gang is valid for one
+    template: str  # `template_digest`; a learned capacity per gang holds for one template
     deployment: DeploymentKey | None
     spec_gangs: int
     resource_version: str | None
