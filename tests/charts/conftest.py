@@ -40,6 +40,7 @@ NON_DEFAULT_VALUES: dict[str, Any] = {
     "namespaces": ["serving", "batch-inference"],
     "dryRun": True,
     "clusterCanGrow": False,
+    "forecastModel": "state_space",
     "buffer": {"minGangs": 1, "maxGangs": 4},
     "leaderElection": {"leaseName": "autoscaler-leader", "leaseDuration": "20s"},
     "balloonPriorityClass": {"create": False, "value": -5},

@@ -19,6 +19,7 @@ from autoscaler.service.settings import (
     RunSettings,
     load_settings,
 )
+from forecasting.models import MODELS
 from tests.charts.conftest import (
     CHART_DIR,
     MINIMAL_VALUES,
@@ -206,6 +207,7 @@ BAD_VALUES = [
     pytest.param(_with("namespaces", ["Serving_NS"]), id="namespace-not-dns-label"),
     pytest.param(_with("dryRun", "yes"), id="dry-run-not-boolean"),
     pytest.param(_with("logFormat", "xml"), id="log-format-unknown"),
+    pytest.param(_with("forecastModel", "prophet"), id="forecast-model-unknown"),
     pytest.param(_with("buffer.minGangs", -1), id="negative-buffer"),
     pytest.param(_with("balloonPriorityClass.value", -10), id="balloon-at-expendable-cutoff"),
     pytest.param(_with("balloonPriorityClass.value", 0), id="balloon-not-below-workloads"),
@@ -263,6 +265,9 @@ def test_chart_defaults_match_the_service_defaults(chart: helm.Chart) -> None:
     fields = RunSettings.model_fields
     assert values["httpPort"] == fields["http_port"].default
     assert values["prometheus"]["backfillDays"] == fields["backfill_days"].default
+    assert values["forecastModel"] == fields["forecast_model"].default
+    schema = json.loads((CHART_DIR / "values.schema.json").read_text())
+    assert set(schema["properties"]["forecastModel"]["enum"]) == set(MODELS)
     assert values["buffer"] == {"minGangs": 0, "maxGangs": 2}  # DESIGN section 5 defaults
 
 
@@ -303,6 +308,7 @@ def test_default_values_give_valid_service_settings(
     assert settings.log_format == "json"
     assert settings.log_level == "INFO"
     assert settings.queries == PrometheusQueries()
+    assert settings.forecast_model == "seasonal_envelope"
 
 
 def test_non_default_values_reach_the_service(
@@ -322,6 +328,7 @@ def test_non_default_values_reach_the_service(
     assert settings.staleness_limit_s == 90.0
     assert settings.backfill_days == 3
     assert settings.cluster_can_grow is False
+    assert settings.forecast_model == "state_space"
     assert settings.lease_name == "autoscaler-leader"
     assert settings.lease_duration_s == 20.0
     assert settings.buffer.min_gangs == 1 and settings.buffer.max_gangs == 4
