@@ -14,8 +14,9 @@ the upper bound is at least the point.
 
 This is a planning forecast, not an estimate of the mean: it is biased upwards on purpose,
 and scores worse than `state_space` on accuracy (docs/forecasting.md). It buys SLO
-attainment with capacity (docs/results.md). With less than one day of history it is the
-state-space model unchanged; without a fitted model, persistence stands in unraised.
+attainment with capacity (docs/results.md). Below two days of history (what the state-space
+model needs to fit) persistence stands in, unraised, as for `state_space`; the envelope
+itself needs a day plus `level_s`.
 """
 
 from __future__ import annotations
@@ -63,25 +64,32 @@ class SeasonalEnvelope(DailyStateSpace):
 
     def envelope(self, steps: int) -> float | None:
         """The seasonal envelope `steps` windows after the last one, or None without a full
-        day of history."""
+        day of history (plus `level_s`) or with no observed value in the windows it reads."""
         values = self._history.array()
         last, season = values.size - 1, self.season_windows
         slack, level = self.slack_windows, self.level_windows
         peaks, levels = [], []
         for day in range(1, self.days + 1):
             target = last + steps - day * season
-            window = values[max(target - slack, 0) : min(target + slack + 1, values.size)]
-            if target - slack >= 0 and np.isfinite(window).any():
-                peaks.append(float(np.nanmax(window)))
+            # only days whose whole window is history (a horizon near a day would reach
+            # into today, already counted by the level ratio)
+            if target - slack >= 0 and target + slack <= last:
+                window = values[target - slack : target + slack + 1]
+                if np.isfinite(window).any():
+                    peaks.append(float(np.nanmax(window)))
             then = last - day * season
-            stretch = values[max(then - level + 1, 0) : then + 1]
-            if then - level + 1 >= 0 and np.isfinite(stretch).any():
-                levels.append(float(np.nanmean(stretch)))
+            if then - level + 1 >= 0:
+                stretch = values[then - level + 1 : then + 1]
+                if np.isfinite(stretch).any():
+                    levels.append(float(np.nanmean(stretch)))
         recent = values[max(last - level + 1, 0) :]
         if not peaks or not levels or not np.isfinite(recent).any():
             return None
-        then_level = float(np.mean(levels))
+        now_level, then_level = float(np.nanmean(recent)), float(np.mean(levels))
         if then_level <= 0:
-            return None
-        ratio = min(float(np.nanmean(recent)) / then_level, MAX_LEVEL_RATIO)
+            # idle at this hour on those days: as idle today, their step is today's too;
+            # busier today, as much busier as allowed
+            ratio = 1.0 if now_level <= 0 else MAX_LEVEL_RATIO
+        else:
+            ratio = min(now_level / then_level, MAX_LEVEL_RATIO)
         return max(peaks) * ratio

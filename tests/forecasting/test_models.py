@@ -141,3 +141,41 @@ def test_seasonal_envelope_needs_a_past_day() -> None:
     envelope = make_forecaster("seasonal_envelope", step_s=STEP_S)
     envelope.fit(Series(history.timestamps_s[:100], history.values[:100]))
     assert envelope.envelope(4) is None  # type: ignore[attr-defined]
+
+
+def _envelope_of(values: np.ndarray, steps: int = 4) -> float | None:
+    forecaster = make_forecaster("seasonal_envelope", step_s=STEP_S)
+    forecaster.fit(Series((np.arange(values.size) + 1) * STEP_S, values))
+    return forecaster.envelope(steps)  # type: ignore[attr-defined,no-any-return]
+
+
+def test_seasonal_envelope_edges() -> None:
+    stepped = _daily_steps(100.0).values
+    # idle before the daily step on every day, today too: the step is still provisioned
+    idle = np.where(stepped == 300.0, 300.0, 0.0)
+    assert _envelope_of(idle) == pytest.approx(300.0)
+    # idle on those days at this hour but busy today: as much busier as allowed (2x)
+    busier = idle.copy()
+    busier[3 * DAY_WINDOWS :] = 50.0
+    assert _envelope_of(busier) == pytest.approx(600.0)
+    # a missing window inside a day's +-10 minutes is skipped; a day with all three missing
+    # drops out: with day 1's window gone, the steps of days 0 and 2 (200) are the peak
+    gappy = np.where(stepped == 300.0, 200.0, stepped)
+    gappy[DAY_WINDOWS + 54 : DAY_WINDOWS + 61] = 300.0
+    assert _envelope_of(gappy) == pytest.approx(300.0)
+    gappy[DAY_WINDOWS + 53 : DAY_WINDOWS + 56] = np.nan
+    gappy[2 * DAY_WINDOWS + 53] = np.nan
+    assert _envelope_of(gappy) == pytest.approx(200.0)
+    # a day plus an hour of history is the least it needs (the level of the same hour)
+    assert _envelope_of(stepped[: DAY_WINDOWS + 6]) is not None
+    assert _envelope_of(stepped[: DAY_WINDOWS + 5]) is None
+
+
+def test_seasonal_envelope_survives_the_trip_to_a_worker_process() -> None:
+    forecaster = make_forecaster("seasonal_envelope", step_s=STEP_S)
+    forecaster.fit(_daily_steps(150.0))
+    before = forecaster.forecast(4 * STEP_S)
+    copy = pickle.loads(pickle.dumps(forecaster))
+    assert copy.forecast(4 * STEP_S) == before
+    copy.update([(3 * DAY_WINDOWS + 52) * STEP_S], [150.0])  # the cached array is rebuilt
+    assert copy.envelope(3) == pytest.approx(450.0)  # type: ignore[attr-defined]
