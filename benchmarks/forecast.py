@@ -6,8 +6,9 @@ Run from the repository root, with `shared/` beside it:
 
 1. Rolling-origin backtest (`forecasting.backtest`) of every model on servegen_m-small and
    servegen_m-mid at horizons of 10, 30 and 60 minutes (7 days to train, refit daily).
-2. Cost of the default model on 14 days of 5-minute data: a full fit (median of repeats)
-   and one incremental update + forecast (median over a day of windows). The shared
+2. Cost of the default model, and of the model capacity is planned from beside it, on 14
+   days of 5-minute data: a full fit (median of repeats) and one incremental update +
+   forecast (median over a day of windows). The shared
    multi-day traces are 10-minute means, so each window is split into two 5-minute windows
    carrying the same rate.
 3. Event-loop stall while a full fit runs in a thread pool and in a process pool: the
@@ -36,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from forecasting.backtest import run_backtest
 from forecasting.fitter import fit_forecaster
-from forecasting.models import DEFAULT_MODEL, make_forecaster
+from forecasting.models import DEFAULT_MODEL, PLANNING_MODEL, make_forecaster
 from forecasting.series import Series
 from forecasting.traces import load_trace
 
@@ -99,19 +100,19 @@ def five_minute(name: str, *, days: int) -> Series:
     return Series((np.arange(values.size) + 1) * FIVE_MIN_S, values)
 
 
-def cost(name: str, *, fits: int = 5) -> dict[str, object]:
+def cost(name: str, *, model: str = DEFAULT_MODEL, fits: int = 5) -> dict[str, object]:
     series = five_minute(name, days=14)
     train = len(series) - 288  # fit on 13 days, then update over the last day
     history = Series(series.timestamps_s[:train], series.values[:train])
     full = Series(series.timestamps_s, series.values)
     fit_s = []
     for _ in range(fits):
-        forecaster = make_forecaster(DEFAULT_MODEL, step_s=FIVE_MIN_S)
+        forecaster = make_forecaster(model, step_s=FIVE_MIN_S)
         started = time.perf_counter()
         forecaster.fit(full)
         fit_s.append(time.perf_counter() - started)
         assert forecaster.model_unavailable_reason is None, forecaster.model_unavailable_reason
-    forecaster = make_forecaster(DEFAULT_MODEL, step_s=FIVE_MIN_S)
+    forecaster = make_forecaster(model, step_s=FIVE_MIN_S)
     forecaster.fit(history)
     update_s = []
     for i in range(train, len(series)):
@@ -122,6 +123,7 @@ def cost(name: str, *, fits: int = 5) -> dict[str, object]:
         assert result is not None and result.fallback_reason is None
     return {
         "trace": name,
+        "model": model,
         "windows": len(full),
         "fit_seconds_median": statistics.median(fit_s),
         "fit_seconds_max": max(fit_s),
@@ -181,7 +183,9 @@ def main() -> int:
     )
     print("|---|---|---|---|---|---|---|---|---|")
     rows = accuracy()
-    costs = [cost(name) for name in TRACES]
+    # the planning model beside the default, in the same run, as its baseline
+    models = (DEFAULT_MODEL, PLANNING_MODEL)
+    costs = [cost(name, model=model) for name in TRACES for model in models]
     for row in costs:
         print(json.dumps(row))
     stall = loop_stall(TRACES[0])
