@@ -422,6 +422,8 @@ class ControlLoop:
             if not leader:
                 continue
             self._metrics.count_decision(labels, reason=plan.reason.value)
+            if plan.forgotten_capacity_per_gang is not None:
+                self._metrics.count_forgotten_capacity(labels)
             obs = state.components[key].observation
             sig = signals.get(key, Signals())
             forecast = forecasts.get(key)

@@ -172,6 +172,13 @@ class ServiceMetrics:
             [*COMPONENT_LABELS, "direction"],
             registry=r,
         )
+        self.learned_capacity_forgotten = Counter(
+            PREFIX + "learned_capacity_forgotten",
+            "Learned capacities per gang dropped because the LeaderWorkerSet's gang template "
+            "changed (a new image, model or parallelism); learned again at the next saturation.",
+            COMPONENT_LABELS,
+            registry=r,
+        )
         self.errors = Counter(
             PREFIX + "errors",
             "Errors by kind (prometheus, kubernetes, forecast, plan, tick_deadline, ...); "
@@ -262,6 +269,9 @@ class ServiceMetrics:
 
     def count_decision(self, labels: ComponentLabels, *, reason: str) -> None:
         self.decisions.labels(*labels.values(), reason).inc()
+
+    def count_forgotten_capacity(self, labels: ComponentLabels) -> None:
+        self.learned_capacity_forgotten.labels(*labels.values()).inc()
 
     def count_scale_write(self, labels: ComponentLabels, *, from_gangs: int, to_gangs: int) -> None:
         if to_gangs != from_gangs:

@@ -159,6 +159,15 @@ async def test_a_restart_restores_the_learned_capacity(kube: FakeKube, live: Liv
             await second.metric("gang_autoscaler_learned_capacity_per_gang", **learned_labels)
             is None
         )
+
+        async def counted() -> bool:
+            assert second is not None
+            found = await second.metric(
+                "gang_autoscaler_learned_capacity_forgotten_total", **PREFILL_LABELS
+            )
+            return found == 1.0
+
+        await wait_until(counted, timeout_s=10, what="the forgotten capacity to be counted once")
     finally:
         if live.prometheus.running:
             await asyncio.to_thread(live.prometheus.set_targets, vllm_targets)
