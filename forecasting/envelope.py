@@ -21,7 +21,6 @@ itself needs a day plus `level_s`.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -57,10 +56,10 @@ class SeasonalEnvelope(DailyStateSpace):
     def _model_forecast(self, steps: int) -> tuple[float, float]:
         point, upper = super()._model_forecast(steps)
         envelope = self.envelope(steps)
-        if envelope is None or not math.isfinite(point):
+        if envelope is None:
             return point, upper
-        point = max(point, envelope)
-        return point, max(point, upper) if math.isfinite(upper) else upper
+        # a NaN point stays NaN (`forecast` then falls back); `_result` lifts the upper bound
+        return max(point, envelope), upper
 
     def envelope(self, steps: int) -> float | None:
         """The seasonal envelope `steps` windows after the last one, or None without a full

@@ -30,7 +30,7 @@ import hashlib
 import math
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass, fields
 from typing import Any
 
 from autoscaler.adapters.prometheus_http import PrometheusHttp, PrometheusUnavailable
@@ -38,8 +38,6 @@ from autoscaler.core.model import ComponentKey
 
 LEARNED_CAPACITY_METRIC = "gang_autoscaler_learned_capacity_per_gang"
 LEARNED_CAPACITY_REPORTED_METRIC = "gang_autoscaler_learned_capacity_reported_timestamp_seconds"
-# The labels, beyond the component's, that say what a learned value is valid for.
-IDENTITY_LABELS: tuple[str, str, str] = ("lws_uid", "template", "demand_query")
 VALUES_QUERY = "learned_capacity[restore]"
 WRITTEN_QUERY = "learned_capacity_written[restore]"
 WINDOWS_S: tuple[float, ...] = (3_600.0, 86_400.0)
@@ -56,12 +54,17 @@ class CapacityIdentity:
     `kube_discovery.template_digest`) and one demand query."""
 
     lws_uid: str
+    template: str
     demand_query: str
-    template: str = ""
 
-    def label_values(self) -> tuple[str, str, str]:
+    def label_values(self) -> tuple[str, ...]:
         """The values of `IDENTITY_LABELS`, in that order."""
-        return (self.lws_uid, self.template, self.demand_query)
+        return astuple(self)
+
+
+# The labels, beyond the component's, that say what a learned value is valid for: the
+# fields of `CapacityIdentity`, named alike.
+IDENTITY_LABELS: tuple[str, ...] = tuple(f.name for f in fields(CapacityIdentity))
 
 
 @dataclass(frozen=True, slots=True)

@@ -112,22 +112,6 @@ def seed_memory(memory: Memory, observations: Observations, *, now_s: float) -> 
     return Memory(components={**memory.components, **new})
 
 
-def log_forgotten_capacities(gang_plan: GangPlan, before: Memory, after: Memory) -> None:
-    """Say which plans dropped a capacity per gang learned for another gang template."""
-    for key, plan in sorted(gang_plan.components.items()):
-        if plan.forgotten_capacity_per_gang is None:
-            continue
-        log.info(
-            "%s: gang template changed (%s -> %s); capacity per gang %g learned for the "
-            "old one is forgotten and will be learned again at the next saturation",
-            key,
-            before.of(key).learned_template,
-            after.of(key).learned_template,
-            plan.forgotten_capacity_per_gang,
-            extra={"component_key": str(key)},
-        )
-
-
 def plan_isolated(
     observations: Observations,
     policies: Mapping[ComponentKey, Policy],
@@ -341,7 +325,6 @@ class ControlLoop:
         observations = state.observations(signals)
         self.memory = seed_memory(self.memory, observations, now_s=now_s)
         self.memory = self._capacity_restore.apply(self.memory, identities)
-        before = self.memory
         gang_plan, self.memory = plan_isolated(
             observations,
             policies,
@@ -350,7 +333,6 @@ class ControlLoop:
             now_s=now_s,
             on_error=self._metrics.count_error,
         )
-        log_forgotten_capacities(gang_plan, before, self.memory)
         parts["plan"] = gang_plan
 
         # act: only the leader, and never in dry-run
@@ -419,6 +401,15 @@ class ControlLoop:
                         labels, from_gangs=scale.from_gangs, to_gangs=scale.to_gangs
                     )
             self._log_decision(key, plan, signals.get(key), forecasts.get(key), leader=leader)
+            if plan.forgotten_capacity_per_gang is not None:
+                log.info(
+                    "%s: gang template changed (now %s); capacity per gang %g learned for the "
+                    "old one is forgotten and will be learned again at the next saturation",
+                    key,
+                    state.components[key].discovered.template,
+                    plan.forgotten_capacity_per_gang,
+                    extra={"component_key": str(key)},
+                )
             if not leader:
                 continue
             self._metrics.count_decision(labels, reason=plan.reason.value)

@@ -40,10 +40,10 @@ OTHER_NAMESPACE = ComponentKey("staging", "llama-prefill")
 QUERY = demand_fingerprint("sum by (namespace, pod) (rate(vllm:prompt_tokens_total[1m]))")
 OTHER_QUERY = demand_fingerprint("sum by (namespace, pod) (rate(vllm:request_success_total[1m]))")
 WANTED = {
-    PREFILL: CapacityIdentity("uid-p", QUERY),
-    DECODE: CapacityIdentity("uid-d", QUERY),
-    OTHER_NAMESPACE: CapacityIdentity("uid-s", QUERY),
-    ComponentKey("serving", "bad"): CapacityIdentity("uid-b", QUERY),
+    PREFILL: CapacityIdentity("uid-p", "", QUERY),
+    DECODE: CapacityIdentity("uid-d", "", QUERY),
+    OTHER_NAMESPACE: CapacityIdentity("uid-s", "", QUERY),
+    ComponentKey("serving", "bad"): CapacityIdentity("uid-b", "", QUERY),
 }
 
 
@@ -149,7 +149,7 @@ async def test_each_wider_lookup_asks_only_for_what_is_missing(history: History)
 @pytest.mark.prometheus
 async def test_the_lookups_stop_once_everything_is_found(history: History) -> None:
     source = PrometheusSource(url=history.prometheus.url)
-    wanted = {PREFILL: CapacityIdentity("uid-p", OTHER_QUERY)}
+    wanted = {PREFILL: CapacityIdentity("uid-p", "", OTHER_QUERY)}
     found = await source.restore_learned_capacity(wanted=wanted, lookback_s=7 * DAY_S)
     assert found[PREFILL].capacity_per_gang == 6
     assert source.stats.queries_sent == 2
@@ -185,14 +185,14 @@ def test_series_are_joined_on_every_label_and_the_newest_wins() -> None:
     a, b = {**same, "pod": "a"}, {**same, "pod": "b"}
     values = [_row("500", **a), _row("400", **b), _row("7", namespace="ns", pod="c")]
     written = [_row("1000", **a), _row("2000", **b), _row("3000", namespace="ns", pod="c")]
-    wanted = {ComponentKey("ns", "l"): CapacityIdentity("u", "q")}
+    wanted = {ComponentKey("ns", "l"): CapacityIdentity("u", "", "q")}
     assert newest_capacities(values, written, wanted=wanted) == {
         ComponentKey("ns", "l"): RestoredCapacity(capacity_per_gang=400.0, written_at_s=2000.0)
     }
     # a value whose series has no write time (a different label set) is not trusted
     assert newest_capacities(values[:1], written[1:], wanted=wanted) == {}
     # nor one for another object, query or gang template
-    for other in (CapacityIdentity("u2", "q"), CapacityIdentity("u", "q", template="t2")):
+    for other in (CapacityIdentity("u2", "", "q"), CapacityIdentity("u", "t2", "q")):
         assert newest_capacities(values, written, wanted={ComponentKey("ns", "l"): other}) == {}
     templated = [{**row, "metric": {**row["metric"], "template": "t2"}} for row in values]
     stamped = [{**row, "metric": {**row["metric"], "template": "t2"}} for row in written]

@@ -39,7 +39,10 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusS
         yield server
 
 
-IDENTITIES = {PREFILL: CapacityIdentity("uid-p", QUERY), DECODE: CapacityIdentity("uid-d", QUERY)}
+IDENTITIES = {
+    PREFILL: CapacityIdentity("uid-p", "", QUERY),
+    DECODE: CapacityIdentity("uid-d", "", QUERY),
+}
 
 
 async def _finished(restore: CapacityRestore) -> None:
@@ -91,7 +94,7 @@ async def test_a_recreated_lws_is_asked_about_again_and_gets_nothing_of_the_old_
 ) -> None:
     restore, source = await _looked_up(prometheus)
     # the prefill LWS was deleted and created again before the value was used
-    recreated = {**IDENTITIES, PREFILL: CapacityIdentity("uid-new", QUERY)}
+    recreated = {**IDENTITIES, PREFILL: CapacityIdentity("uid-new", "", QUERY)}
     memory = Memory(components={PREFILL: ComponentMemory(), DECODE: ComponentMemory()})
     restored = restore.apply(memory, recreated)
     assert restored.of(PREFILL).learned_capacity_per_gang is None

@@ -5,6 +5,7 @@ learn it again; a new gang template (image) then forgets it."""
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import pytest
 
@@ -37,7 +38,10 @@ async def prefill_capacity(running: Running) -> float | None:
     return plan["capacity_per_gang"] if plan else None
 
 
-async def test_a_restart_restores_the_learned_capacity(kube: FakeKube, live: Live) -> None:
+async def test_a_restart_restores_the_learned_capacity(
+    kube: FakeKube, live: Live, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="autoscaler.service.control_loop")
     kube.add_namespace(NS)
     for manifest in pd_manifests(NS, {PREFILL: NO_BUFFER, DECODE: NO_BUFFER}):
         kube.apply(manifest)
@@ -168,6 +172,11 @@ async def test_a_restart_restores_the_learned_capacity(kube: FakeKube, live: Liv
             return found == 1.0
 
         await wait_until(counted, timeout_s=10, what="the forgotten capacity to be counted once")
+        new_template = template_digest(kube.object("leaderworkersets", NS, PREFILL) or {})
+        assert any(
+            r.getMessage().startswith(f"{NS}/{PREFILL}: gang template changed (now {new_template})")
+            for r in caplog.records
+        )
     finally:
         if live.prometheus.running:
             await asyncio.to_thread(live.prometheus.set_targets, vllm_targets)

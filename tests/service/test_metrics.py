@@ -103,7 +103,7 @@ def test_forget_component_drops_gauges_and_keeps_counters() -> None:
     metrics = ServiceMetrics()
     _observe(metrics)
     metrics.observe_learned_capacity(
-        DECODE, identity=CapacityIdentity(lws_uid="u", demand_query="q"), value=480.0
+        DECODE, identity=CapacityIdentity(lws_uid="u", template="t", demand_query="q"), value=480.0
     )
     metrics.count_decision(DECODE, reason="scale_up_waiting")
     metrics.forget_component(DECODE)

@@ -9,17 +9,16 @@ import json
 import logging
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 from typing import Any
 
 import pytest
 from aiohttp import web
 
 from autoscaler.core.decision import plan as core_plan
-from autoscaler.core.gang_plan import ComponentMemory, Memory, Reason
+from autoscaler.core.gang_plan import Memory, Reason
 from autoscaler.core.model import ComponentKey
 from autoscaler.service.app import lease_timing
-from autoscaler.service.control_loop import log_forgotten_capacities, plan_isolated, seed_memory
+from autoscaler.service.control_loop import plan_isolated, seed_memory
 from autoscaler.service.decisions_view import decisions_view
 from autoscaler.service.forecasts import DemandForecasts
 from autoscaler.service.logs import JsonFormatter
@@ -61,24 +60,6 @@ def test_first_sight_starts_the_scale_down_window() -> None:
     assert late.components[A].desired_gangs < 3
     # Seeding never overwrites what the loop already remembers.
     assert seed_memory(memory, idle, now_s=2000.0) is memory
-
-
-def test_a_capacity_dropped_for_a_new_template_is_logged(caplog: pytest.LogCaptureFixture) -> None:
-    learned = Memory({A: ComponentMemory(learned_capacity_per_gang=900.0, learned_template="t1")})
-
-    def tick(template: str) -> Memory:
-        seen = observations(replace(obs("a", ready=2, kv=0.5, demand=1000.0), template=template))
-        plan, after = core_plan(seen, {A: policy()}, {}, learned, now=1000.0)
-        log_forgotten_capacities(plan, learned, after)
-        return after
-
-    with caplog.at_level(logging.INFO, logger="autoscaler.service.control_loop"):
-        assert tick("t1").of(A).learned_capacity_per_gang == 900.0  # same template: kept
-        assert tick("t2").of(A).learned_capacity_per_gang is None
-    assert [r.getMessage() for r in caplog.records] == [
-        "serving/a: gang template changed (t1 -> t2); capacity per gang 900 learned for the old "
-        "one is forgotten and will be learned again at the next saturation"
-    ]
 
 
 @pytest.mark.parametrize(
