@@ -145,9 +145,31 @@ def test_scale_down_waits_for_its_window_then_takes_the_windows_highest_proposal
     assert result.reason is Reason.SCALE_DOWN_KV_CACHE
 
 
-def test_missing_data_is_not_recorded_as_a_proposal():
+def test_missing_data_is_remembered_as_holding_the_current_count():
     _, memory = decide(obs(ready=3, waiting=None, kv=None), policy())
-    assert memory.proposals == ()
+    assert memory.proposals == ((NOW, 3),)
+
+
+def test_first_reading_after_an_outage_longer_than_the_window_does_not_drop_every_gang():
+    pol = policy(scale_down_window="5m")
+    before = ComponentMemory(proposals=((NOW - 900, 5),))  # last reading 15 minutes ago
+    memory = before
+    # 10 minutes of ticks with Prometheus down, every 15 s
+    for tick in range(40):
+        at = NOW - 600 + 15 * tick
+        the_plan, new_memory = plan(
+            observations(obs(ready=5, waiting=None, kv=None)),
+            {KEY: pol},
+            {},
+            Memory({KEY: memory}),
+            now=at,
+        )
+        assert the_plan.components[KEY].desired_gangs == 5
+        memory = new_memory.of(KEY)
+    # Prometheus is back and reads a quiet moment (1 gang's worth)
+    result, _ = decide(obs(ready=5, waiting=0, kv=0.15), pol, memory=memory)
+    assert result.desired_gangs == 5
+    assert result.reason is Reason.SCALE_DOWN_STABILIZED
 
 
 @pytest.mark.parametrize(
