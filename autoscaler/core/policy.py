@@ -10,7 +10,6 @@ Must not import: asyncio, aiohttp, kubernetes_asyncio, prometheus_api_client, st
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -66,7 +65,7 @@ def _duration(value: Any) -> float:
     return parse_duration(value)
 
 
-Duration = Annotated[float, BeforeValidator(_duration), Field(ge=0)]
+Duration = Annotated[float, BeforeValidator(_duration), Field(ge=0, allow_inf_nan=False)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,15 +107,8 @@ def parse_ratio_band(text: Any) -> RatioBand:
     return RatioBand(low=min(fractions), high=max(fractions))
 
 
-def _finite(value: Any) -> Any:
-    if isinstance(value, str) and value.strip().lower() in ("nan", "inf", "+inf", "-inf"):
-        raise ValueError("must be a finite number")
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ValueError("must be a finite number")
-    return value
-
-
-FiniteFloat = Annotated[float, BeforeValidator(_finite)]
+# "nan", "infinity" and "1e999" all read as floats; none of them is a usable setting.
+FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
 
 
 class Policy(BaseModel):

@@ -86,6 +86,11 @@ def test_ratio_band_is_prefill_per_decode():
         pytest.param({"target_kv_cache": "0"}, "target-kv-cache", "greater than 0", id="kv-zero"),
         pytest.param({"target_kv_cache": "1.2"}, "target-kv-cache", "less than", id="kv-over-1"),
         pytest.param({"target_waiting": "NaN"}, "target-waiting", "finite", id="nan"),
+        pytest.param({"target_waiting": "infinity"}, "target-waiting", "finite", id="infinity"),
+        pytest.param(
+            {"capacity_per_replica": "1e999"}, "capacity-per-replica", "finite", id="overflow"
+        ),
+        pytest.param({"lead_time": "9" * 400 + "s"}, "lead-time", "finite", id="huge-duration"),
         pytest.param(
             {"prefill_decode_ratio": "1:2"}, "prefill-decode-ratio", "unified", id="ratio-unified"
         ),
