@@ -33,7 +33,8 @@ def gang_statuses(
     Terminating and finished pods are left out: they are leaving and serve nothing, so a
     group whose pod is being replaced counts that member as missing. Groups at or above
     `spec_gangs` are being scaled away and are not reported. A group with no pod yet is
-    PENDING with an unknown start (`not_ready_since_s=None`).
+    PENDING with an unknown start (`not_ready_since_s=None`); otherwise a group is not ready
+    since the earliest `not_ready_since_s` of its not-ready pods.
     """
     by_group: dict[int, list[Obj]] = {}
     for pod in pods:
@@ -52,8 +53,7 @@ def gang_statuses(
         ready = [p for p in members if condition_true(p, "Ready")]
         scheduled = [p for p in members if pod_is_bound(p)]
         not_ready = [p for p in members if not condition_true(p, "Ready")]
-        created = [parse_time_s(meta(p).get("creationTimestamp")) for p in not_ready]
-        known = [t for t in created if t is not None]
+        known = [t for t in map(not_ready_since_s, not_ready) if t is not None]
         is_ready = len(ready) >= pods_per_gang
         statuses.append(
             GangStatus(
@@ -65,6 +65,19 @@ def gang_statuses(
             )
         )
     return tuple(statuses)
+
+
+def not_ready_since_s(pod: Obj) -> float | None:
+    """Since when a not-ready pod has been not ready: its creation, or the moment its Ready
+    condition last turned false, whichever is later. A pod that served for days and failed
+    a readiness probe a moment ago has been not ready for a moment, not for days."""
+    created = parse_time_s(meta(pod).get("creationTimestamp"))
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Ready":
+            changed = parse_time_s(cond.get("lastTransitionTime"))
+            if changed is not None:
+                return changed if created is None else max(created, changed)
+    return created
 
 
 def ready_leader_pods(

@@ -98,7 +98,12 @@ def _draft(
 ) -> _Draft:
     """Steps 1-4 for one component."""
     current = obs.spec_gangs
-    ages = classify(obs, gang_timeout_s=policy.gang_timeout_s, now=now)
+    ages = classify(
+        obs,
+        gang_timeout_s=policy.gang_timeout_s,
+        now=now,
+        first_seen=memory.not_ready_first_seen,
+    )
     proposal = reactive_proposal(obs, policy, tolerance=tolerance)
     # What one gang served under another template (a new image, model or parallelism) says
     # nothing about this one, and a stale low value would never be corrected: the floor it
@@ -114,7 +119,12 @@ def _draft(
         ages=ages,
         gangs=current,
         reason=Reason.STEADY,
-        memory=replace(memory, learned_capacity_per_gang=learned, learned_template=obs.template),
+        memory=replace(
+            memory,
+            learned_capacity_per_gang=learned,
+            learned_template=obs.template,
+            not_ready_first_seen=ages.first_seen,
+        ),
         capacity=capacity,
         need=current,
         forgotten_capacity=None if same_template else memory.learned_capacity_per_gang,

@@ -105,6 +105,8 @@ class ComponentMemory:
     # the proposal that caused the last scale-up, so gangs still starting are not stacked
     # on unless the need grew beyond it
     last_scale_up_need: int | None = None
+    # (group index, time first seen) of not-ready groups whose pods give no start time
+    not_ready_first_seen: tuple[tuple[int, float], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,23 +20,37 @@ class GangAges:
     timed_out: tuple[int, ...]  # group indexes not ready for longer than the timeout
     starting: tuple[int, ...]  # group indexes not ready yet, within the timeout
     top_timed_out: int  # how many of the highest group indexes in a row are timed out
+    # (group index, time first seen) of the not-ready groups whose pods cannot say since
+    # when: no pod created yet (a quota or webhook may be refusing them), or a member gone
+    first_seen: tuple[tuple[int, float], ...] = ()
 
 
-def classify(obs: ComponentObservation, *, gang_timeout_s: float, now: float) -> GangAges:
+def classify(
+    obs: ComponentObservation,
+    *,
+    gang_timeout_s: float,
+    now: float,
+    first_seen: tuple[tuple[int, float], ...] = (),
+) -> GangAges:
+    """Age every group below the spec that is not ready. A group whose pods give no start
+    is aged from the first tick that saw it so (`first_seen`, remembered between ticks),
+    so a group whose pods are never created times out like any other."""
     timed_out: list[int] = []
     starting: list[int] = []
+    seen = dict(first_seen)
+    unknown: list[tuple[int, float]] = []
     by_index = {g.group_index: g for g in obs.gangs}
-    for gang in sorted(obs.gangs, key=lambda g: g.group_index):
-        if gang.group_index >= obs.spec_gangs or gang.state is GangState.READY:
-            continue
-        since = gang.not_ready_since_s
-        if since is not None and now - since > gang_timeout_s:
-            timed_out.append(gang.group_index)
-        else:
-            starting.append(gang.group_index)
-    # Groups the LWS has not even created pods for yet are starting too.
     for index in range(obs.spec_gangs):
-        if index not in by_index:
+        gang = by_index.get(index)
+        if gang is not None and gang.state is GangState.READY:
+            continue
+        since = gang.not_ready_since_s if gang is not None else None
+        if since is None:
+            since = seen.get(index, now)
+            unknown.append((index, since))
+        if now - since > gang_timeout_s:
+            timed_out.append(index)
+        else:
             starting.append(index)
     top = 0
     timed = set(timed_out)
@@ -44,4 +58,4 @@ def classify(obs: ComponentObservation, *, gang_timeout_s: float, now: float) ->
         if index not in timed:
             break
         top += 1
-    return GangAges(tuple(timed_out), tuple(sorted(starting)), top)
+    return GangAges(tuple(timed_out), tuple(starting), top, tuple(unknown))

@@ -45,6 +45,7 @@ def lws_pod(
     node: str | None = "node-a",
     ready: bool = True,
     created: str = "2026-11-22T01:00:00Z",
+    ready_changed: str | None = None,
     terminating: bool = False,
     phase: str | None = None,
     requests: dict[str, str] | None = None,
@@ -71,6 +72,8 @@ def lws_pod(
     }
     if node:
         pod["spec"]["nodeName"] = node
+    if ready_changed is not None:
+        pod["status"]["conditions"][0]["lastTransitionTime"] = ready_changed
     if terminating:
         pod["metadata"]["deletionTimestamp"] = "2026-11-22T01:05:00Z"
     return pod

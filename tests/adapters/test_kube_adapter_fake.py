@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import datetime as dt
 import functools
 import time
 from collections.abc import AsyncIterator
@@ -251,6 +252,42 @@ async def test_partial_decode_gang_is_scaled_away_after_its_timeout_with_an_even
     (rolled,) = events(kube, "PartialGangRolledBack")
     assert rolled["type"] == "Warning" and "groups [1]" in rolled["message"]
     assert rolled["involvedObject"]["name"] == "llama-decode"
+
+
+async def test_a_gang_that_served_for_days_and_fails_a_probe_is_not_rolled_back_at_once():
+    clock = [dt.datetime(2026, 11, 22, 1, 0, tzinfo=dt.UTC)]
+    async with (
+        FakeKube.start(bookmark_interval_s=0.1, clock=lambda: clock[0]) as kube,
+        kube.api_client() as api,
+    ):
+        adapter = KubeAdapter(api, watch_timeout_s=30, event_instance="test-0")
+        await adapter.start(sync_timeout_s=5)
+        try:
+            add_gpu_nodes(kube, 6)
+            add_pd(kube, decode=2, extra={"gang-autoscaler.io/gang-timeout": "1m"})
+            await settle(adapter, kube)
+            clock[0] += dt.timedelta(days=2)
+            kube.set_pod_ready(NS, "llama-decode-1-1", ready=False)  # a readiness probe fails
+            await settle(adapter, kube)
+            lost_at = clock[0].timestamp()
+            state = adapter.snapshot(now_s=lost_at)
+            decode = state.observations({}).components[DECODE]
+            assert [g.state for g in decode.gangs] == [GangState.READY, GangState.STARTING]
+            assert decode.gangs[1].not_ready_since_s == lost_at  # not the pod's creation
+
+            signals = {
+                PREFILL: Signals(waiting_requests=4.0, kv_usage_fraction=0.8),
+                DECODE: Signals(waiting_requests=8.0, kv_usage_fraction=0.8),
+            }
+            observations = state.observations(signals)
+            moment, _ = core_plan(observations, state.policies, {}, Memory(), now=lost_at + 5)
+            assert moment.components[DECODE].desired_gangs == 2
+            assert moment.components[DECODE].rolled_back_groups == ()
+            # Not ready for longer than its timeout, it is rolled back as any other.
+            later, _ = core_plan(observations, state.policies, {}, Memory(), now=lost_at + 61)
+            assert later.components[DECODE].rolled_back_groups == (1,)
+        finally:
+            await adapter.close()
 
 
 # -- conflicts and other writers ---------------------------------------------------------

@@ -42,6 +42,24 @@ T1 = "2026-11-22T01:02:00Z"
             id="placed-not-ready-is-starting",
         ),
         pytest.param(
+            [
+                lws_pod("vllm", 0, 0, ready=False, created=T0, ready_changed=T1),
+                lws_pod("vllm", 0, 1),
+            ],
+            [GangState.STARTING],
+            [_epoch(T1)],
+            id="ready-lost-counts-from-losing-it-not-from-creation",
+        ),
+        pytest.param(
+            [
+                lws_pod("vllm", 0, 0, ready=False, created=T1, ready_changed=T0),
+                lws_pod("vllm", 0, 1),
+            ],
+            [GangState.STARTING],
+            [_epoch(T1)],
+            id="condition-older-than-the-pod-counts-from-creation",
+        ),
+        pytest.param(
             [lws_pod("vllm", 0, 0, node=None), lws_pod("vllm", 0, 1, node=None)],
             [GangState.PENDING],
             [_epoch(T0)],

@@ -10,7 +10,7 @@ from autoscaler.core.decision import plan
 from autoscaler.core.gang_plan import ComponentMemory, Memory, Reason
 from autoscaler.core.model import ComponentKey, GangStatus
 from autoscaler.core.policy import Policy
-from tests.core.builders import forecast, node, obs, observations, policy, shape
+from tests.core.builders import forecast, node, obs, observations, policy, ready_gangs, shape
 
 NOW = 10_000.0
 KEY = ComponentKey("serving", "llm")
@@ -354,6 +354,28 @@ def test_timed_out_gang_below_the_desired_count_is_reported_stuck_not_removed():
     assert result.desired_gangs == 3
     assert result.stuck_groups == (0,)
     assert result.rolled_back_groups == ()
+
+
+def test_a_group_whose_pods_are_never_created_times_out_from_when_it_was_first_seen():
+    # group 2 has no pod at all (a ResourceQuota or a webhook refuses them): no pod says
+    # since when, so the core ages it from the first tick that saw it
+    component = obs(ready=2, spec=3, waiting=8, kv=0.78, gangs=ready_gangs(2))
+    pol = policy(gang_timeout="10m")
+    first, memory = decide(component, pol)
+    assert first.desired_gangs == 3 and first.rolled_back_groups == ()
+    assert memory.not_ready_first_seen == ((2, NOW),)
+
+    earlier = replace(memory, not_ready_first_seen=((2, NOW - 601),))
+    result, after = decide(component, pol, memory=earlier)
+    assert result.rolled_back_groups == (2,)
+    assert result.reason is Reason.PARTIAL_GANG_ROLLED_BACK
+    assert after.not_ready_first_seen == ((2, NOW - 601),)  # kept until the group is ready
+
+
+def test_a_group_once_ready_is_forgotten_by_the_first_seen_memory():
+    memory = ComponentMemory(not_ready_first_seen=((2, NOW - 601),))
+    _, after = decide(obs(ready=3, waiting=8, kv=0.78), policy(), memory=memory)
+    assert after.not_ready_first_seen == ()
 
 
 @pytest.mark.parametrize(
