@@ -21,9 +21,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
 
-from autoscaler.adapters.kube_errors import BalloonShapeError, KubeApiError
+from autoscaler.adapters.kube_errors import (
+    API_CALL_ERRORS,
+    BalloonShapeError,
+    KubeApiError,
+    describe,
+    status_of,
+)
 from autoscaler.adapters.kube_objects import (
     BALLOON_FOR_LABEL,
     BALLOON_GANG_LABEL,
@@ -281,8 +286,8 @@ def priority_class_manifest() -> dict[str, Any]:
     }
 
 
-def _api_error(what: str, err: ApiException) -> KubeApiError:
-    return KubeApiError(f"{what}: {err.status} {err.reason}", status=err.status)
+def _api_error(what: str, err: Exception) -> KubeApiError:
+    return KubeApiError(f"{what}: {describe(err)}", status=status_of(err))
 
 
 async def ensure_priority_class(api_client: client.ApiClient) -> str:
@@ -294,8 +299,8 @@ async def ensure_priority_class(api_client: client.ApiClient) -> str:
     api: Any = client.SchedulingV1Api(api_client)
     try:
         existing = await api.read_priority_class(PRIORITY_CLASS_NAME)
-    except ApiException as err:
-        if err.status != 404:
+    except API_CALL_ERRORS as err:
+        if status_of(err) != 404:
             raise _api_error(f"reading PriorityClass {PRIORITY_CLASS_NAME}", err) from err
     else:
         if existing.value != PRIORITY_CLASS_VALUE:
@@ -307,8 +312,8 @@ async def ensure_priority_class(api_client: client.ApiClient) -> str:
         return f"PriorityClass {PRIORITY_CLASS_NAME} exists with value {existing.value}"
     try:
         await api.create_priority_class(priority_class_manifest())
-    except ApiException as err:
-        if err.status == 409:  # created meanwhile by the other replica or the chart
+    except API_CALL_ERRORS as err:
+        if status_of(err) == 409:  # created meanwhile by the other replica or the chart
             return f"PriorityClass {PRIORITY_CLASS_NAME} exists"
         raise _api_error(
             f"creating PriorityClass {PRIORITY_CLASS_NAME} (install it with the Helm chart or "
@@ -337,10 +342,10 @@ class BalloonWriter:
             await self._core.delete_namespaced_pod(
                 pod_name, namespace, grace_period_seconds=0, propagation_policy="Background"
             )
-        except ApiException as err:
-            if err.status == 404:
+        except API_CALL_ERRORS as err:
+            if status_of(err) == 404:
                 return None
-            return f"delete {namespace}/{pod_name}: {err.status} {err.reason}"
+            return f"delete {namespace}/{pod_name}: {describe(err)}"
         return None
 
     async def _create_gang(self, namespace: str, manifests: Iterable[dict[str, Any]]) -> str | None:
@@ -348,12 +353,12 @@ class BalloonWriter:
         for manifest in manifests:
             try:
                 await self._core.create_namespaced_pod(namespace, manifest)
-            except ApiException as err:
+            except API_CALL_ERRORS as err:
                 # Never leave part of a balloon gang behind: undo what this pass created.
                 for pod_name in created:
                     await self._delete(namespace, pod_name)
                 what = manifest["metadata"]["name"]
-                return f"create {namespace}/{what}: {err.status} {err.reason}"
+                return f"create {namespace}/{what}: {describe(err)}"
             created.append(manifest["metadata"]["name"])
         return None
 

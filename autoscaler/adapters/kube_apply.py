@@ -28,7 +28,14 @@ from autoscaler.adapters.balloons import (
     plan_balloons,
     shape_digest,
 )
-from autoscaler.adapters.kube_errors import KubeAdapterError, KubeApiError, NotLeader
+from autoscaler.adapters.kube_errors import (
+    API_CALL_ERRORS,
+    KubeAdapterError,
+    KubeApiError,
+    NotLeader,
+    describe,
+    status_of,
+)
 from autoscaler.adapters.kube_events import NORMAL, WARNING, EventRecorder, ObjectRef, camel_reason
 from autoscaler.adapters.kube_objects import (
     BALLOON_FOR_LABEL,
@@ -109,8 +116,8 @@ class Actuator:
                 )
                 pods.extend(await _items(body))
             return pods
-        except ApiException as err:
-            raise KubeApiError(f"listing balloon pods: {err.status} {err.reason}") from err
+        except API_CALL_ERRORS as err:
+            raise KubeApiError(f"listing balloon pods: {describe(err)}") from err
 
     async def _event(
         self, ref: ObjectRef, notes: list[str], *, type_: str, reason: str, message: str
@@ -144,6 +151,9 @@ class Actuator:
             except KubeAdapterError as err:
                 # One component's failure never stops the others.
                 out[key] = ComponentApplied(key, dry_run, errors=(str(err),))
+            except API_CALL_ERRORS as err:
+                # A call no site above expected to fail (a dropped connection mid-pass).
+                out[key] = ComponentApplied(key, dry_run, errors=(describe(err),))
         orphans: tuple[str, ...] = ()
         if balloon_pods is not None:
             orphans = await self._delete_orphans(state, balloon_pods, dry_run=dry_run)
@@ -297,9 +307,9 @@ class Actuator:
                     pod_name, namespace(pod), grace_period_seconds=0
                 )
                 deleted.append(f"{namespace(pod)}/{pod_name}")
-            except ApiException as err:
-                if err.status != 404:
-                    log.warning("deleting orphan balloon %s: %s", pod_name, err.status)
+            except API_CALL_ERRORS as err:
+                if status_of(err) != 404:
+                    log.warning("deleting orphan balloon %s: %s", pod_name, describe(err))
         return tuple(deleted)
 
     async def remove_partial_balloon_gangs(self, state: KubeState) -> tuple[str, ...]:

@@ -14,6 +14,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import aiohttp
 from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.watch import Watch
 
@@ -23,6 +24,8 @@ from autoscaler.adapters.kube_objects import Obj
 log = logging.getLogger(__name__)
 
 ListCall = Callable[..., Awaitable[Any]]
+
+_CONNECT_TIMEOUT_S = 30.0
 
 
 def _key(obj: Obj) -> tuple[str, str]:
@@ -46,10 +49,17 @@ class WatchCache:
         watch_timeout_s: int = 300,
         retry_delay_s: float = 1.0,
         label_selector: str | None = None,
+        read_grace_s: float = 60.0,
     ) -> None:
         self._list_call = list_call
         self.name = name
         self._watch_timeout_s = watch_timeout_s
+        # The server ends every watch after `watch_timeout_s`, so a connection silent for
+        # longer than that (plus a grace) is dead: a peer gone without a reset, which TCP
+        # alone would notice only after hours while the cache quietly went stale.
+        self._read_timeout = aiohttp.ClientTimeout(
+            sock_connect=_CONNECT_TIMEOUT_S, sock_read=watch_timeout_s + read_grace_s
+        )
         self._retry_delay_s = retry_delay_s
         self._selector = {"label_selector": label_selector} if label_selector else {}
         self._objects: dict[tuple[str, str], dict[str, Any]] = {}
@@ -67,7 +77,9 @@ class WatchCache:
         return self._objects.get((namespace, name))
 
     async def _list(self) -> None:
-        response = await self._list_call(_preload_content=False, **self._selector)
+        response = await self._list_call(
+            _preload_content=False, _request_timeout=self._read_timeout, **self._selector
+        )
         try:
             body = await response.read()
             if not 200 <= response.status <= 299:
@@ -100,6 +112,7 @@ class WatchCache:
             resource_version=self.resource_version,
             allow_watch_bookmarks=True,
             timeout_seconds=self._watch_timeout_s,
+            _request_timeout=self._read_timeout,
             **self._selector,
         )
         try:

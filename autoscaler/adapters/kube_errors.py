@@ -6,6 +6,27 @@ that caused it, so the service can hold one component and carry on with the othe
 
 from __future__ import annotations
 
+import aiohttp
+from kubernetes_asyncio.client.exceptions import ApiException
+
+# What one Kubernetes API call can fail with: an error answer (`ApiException`), or no answer
+# at all (a refused or dropped connection, a client-side timeout), which kubernetes-asyncio
+# lets through from aiohttp as it is. Every call site catches both.
+API_CALL_ERRORS: tuple[type[Exception], ...] = (ApiException, aiohttp.ClientError, TimeoutError)
+
+
+def status_of(err: Exception) -> int | None:
+    """The HTTP status of a failed call; None when no answer came back."""
+    return err.status if isinstance(err, ApiException) else None
+
+
+def describe(err: Exception) -> str:
+    """One line for a failed call: `409 Conflict`, or `no answer (ServerDisconnectedError)`."""
+    if isinstance(err, ApiException):
+        return f"{err.status} {err.reason}"
+    detail = str(err)
+    return f"no answer ({type(err).__name__}{': ' + detail if detail else ''})"
+
 
 class KubeAdapterError(Exception):
     """Base of every error raised by the Kubernetes adapter."""

@@ -20,7 +20,7 @@ from typing import Any
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from autoscaler.adapters.kube_errors import KubeApiError
+from autoscaler.adapters.kube_errors import API_CALL_ERRORS, KubeApiError, describe, status_of
 from autoscaler.adapters.kube_objects import LWS_API_VERSION, LWS_KIND
 
 log = logging.getLogger(__name__)
@@ -100,11 +100,10 @@ class EventRecorder:
                 return count
             self._counts[cache_key] = count + 1
             return count + 1
-        except ApiException as err:
+        except API_CALL_ERRORS as err:
             raise KubeApiError(
-                f"recording Event {reason} on {ref.namespace}/{ref.name}: "
-                f"{err.status} {err.reason}",
-                status=err.status,
+                f"recording Event {reason} on {ref.namespace}/{ref.name}: {describe(err)}",
+                status=status_of(err),
             ) from err
 
     async def _create_or_read(

@@ -23,10 +23,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.leaderelection import electionconfig, leaderelection
 from kubernetes_asyncio.leaderelection.leaderelectionrecord import LeaderElectionRecord
 from kubernetes_asyncio.leaderelection.resourcelock.leaselock import LeaseLock
+
+from autoscaler.adapters.kube_errors import API_CALL_ERRORS, describe
 
 log = logging.getLogger(__name__)
 
@@ -172,5 +173,5 @@ class LeaderElector:
             # Conditional on the version just read: never clear a lease someone else took.
             await api.replace_namespaced_lease(self._lock.name, self._lock.namespace, lease)
             log.info("%s released the leader lease", self.identity)
-        except ApiException as err:
-            log.warning("releasing the lease failed: %s %s", err.status, err.reason)
+        except API_CALL_ERRORS as err:
+            log.warning("releasing the lease failed: %s", describe(err))

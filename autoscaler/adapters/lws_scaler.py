@@ -25,6 +25,7 @@ from typing import Any
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from autoscaler.adapters.kube_errors import API_CALL_ERRORS, describe, status_of
 from autoscaler.adapters.kube_objects import LWS_GROUP, LWS_KIND, LWS_PLURAL, LWS_VERSION
 from autoscaler.core.model import ComponentKey
 
@@ -100,8 +101,8 @@ class LwsScaler:
                 body = await hpas.json()
             finally:
                 hpas.release()
-        except ApiException as err:
-            log.warning("cannot list HPAs in %s: %s %s", key.namespace, err.status, err.reason)
+        except API_CALL_ERRORS as err:
+            log.warning("cannot list HPAs in %s: %s", key.namespace, describe(err))
             return None
         for hpa in body.get("items") or []:
             ref = (hpa.get("spec") or {}).get("scaleTargetRef") or {}
@@ -150,8 +151,8 @@ class LwsScaler:
             # server before blaming anyone.
             try:
                 fresh = await self.read(key)
-            except ApiException as err:
-                return outcome(ScaleResult.FAILED, f"re-read: {err.status} {err.reason}")
+            except API_CALL_ERRORS as err:
+                return outcome(ScaleResult.FAILED, f"re-read: {describe(err)}")
             if fresh.spec_gangs == last:
                 detail = f"observation predates our write of {last} gangs; deciding again"
                 return outcome(ScaleResult.STALE, detail)
@@ -180,14 +181,14 @@ class LwsScaler:
                     body,
                     _content_type=MERGE_PATCH,
                 )
-            except ApiException as err:
-                if err.status != 409:
-                    return outcome(ScaleResult.FAILED, f"{err.status} {err.reason}", conflicts)
+            except API_CALL_ERRORS as err:
+                if status_of(err) != 409:
+                    return outcome(ScaleResult.FAILED, describe(err), conflicts)
                 conflicts += 1
                 try:
                     fresh = await self.read(key)
-                except ApiException as read_err:
-                    detail = f"re-read after 409 failed: {read_err.status} {read_err.reason}"
+                except API_CALL_ERRORS as read_err:
+                    detail = f"re-read after 409 failed: {describe(read_err)}"
                     return outcome(ScaleResult.FAILED, detail, conflicts)
                 if fresh.spec_gangs != observed_gangs:
                     detail = (

@@ -317,6 +317,37 @@ async def test_a_stale_write_gets_409_and_converges(kube, adapter, api):
     assert spec_replicas(kube, "llama-decode") == 2
 
 
+async def test_a_dropped_connection_fails_one_component_and_the_others_are_still_written(
+    kube, adapter
+):
+    add_gpu_nodes(kube, 8)
+    add_pd(kube)
+    await settle(adapter, kube)
+    state = adapter.snapshot(now_s=time.time())
+    kube.inject_fault(
+        code=0, method="PATCH", path_contains="llama-decode/scale", action="disconnect"
+    )
+    kube.inject_fault(code=0, method="POST", path_contains="/pods", action="disconnect")
+    plan = GangPlan(
+        {
+            DECODE: component_plan(DECODE, current=1, desired=2),
+            PREFILL: component_plan(PREFILL, current=1, desired=2, balloons=1),
+        }
+    )
+    report = await adapter.apply(plan, state, dry_run=False)
+
+    decode = report.components[DECODE].scale
+    assert decode.result is ScaleResult.FAILED
+    assert "no answer" in decode.detail
+    assert spec_replicas(kube, "llama-decode") == 1
+    # prefill, after decode in the pass, is still scaled; its balloon gang's first member
+    # was cut off, and no half gang is left behind
+    assert report.components[PREFILL].scale.result is ScaleResult.SCALED
+    assert spec_replicas(kube, "llama-prefill") == 2
+    assert any("no answer" in f for f in report.components[PREFILL].balloons.failed)
+    assert balloon_pods(kube, "llama-prefill") == []
+
+
 async def test_a_manual_scale_is_reported_not_fought(kube, adapter, api):
     add_gpu_nodes(kube, 10)
     add_pd(kube)
@@ -622,6 +653,39 @@ async def test_caches_relist_after_410_gone_and_see_later_changes(kube, adapter)
     }
     stored = {(p["metadata"]["name"], p["metadata"]["uid"]) for p in kube.objects("pods", NS)}
     assert cached == stored
+
+
+async def test_a_watch_gone_silent_is_given_up_and_the_cache_lists_again(kube, api):
+    # The pods watch connects, then the peer goes silent with no reset (a NAT or a node
+    # gone): the cache must notice by itself, not hours later, and see later changes.
+    pods = WatchCache(
+        client.CoreV1Api(api).list_pod_for_all_namespaces,
+        name="pods",
+        watch_timeout_s=1,
+        read_grace_s=0.5,
+        retry_delay_s=0.1,
+    )
+    kube.inject_fault(code=0, method="GET", path_contains="watch=", action="stall", stall_s=60)
+    task = asyncio.create_task(pods.run())
+    try:
+        await pods.synced.wait()
+        lists_before = pods.lists
+        kube.add_namespace("late")
+        kube.apply(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "late", "namespace": "late"},
+                "spec": {"containers": [{"name": "c", "image": "pause"}]},
+            }
+        )
+        await pods.wait_for(lambda: pods.get("late", "late") is not None, timeout_s=10)
+        assert pods.lists > lists_before  # given up on the silent watch, listed again
+        assert "Timeout" in (pods.last_error or "")
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 async def test_core_plan_drives_buffer_and_scale_up_end_to_end(kube, adapter):

@@ -472,13 +472,21 @@ class Cluster:
         path_contains: str = "",
         times: int = 1,
         retry_after_s: int | None = None,
+        action: str = "error",
+        stall_s: float = 0.0,
     ) -> None:
         """Test hook: answer the next `times` matching requests with this error instead.
 
         E.g. `inject_fault(code=409, method="PATCH", path_contains="/scale")` makes the next
         scale patch conflict; `code=429, retry_after_s=1` throttles; `code=500` fails.
+        `action="disconnect"` drops the connection instead of answering (`code` unused);
+        `action="stall", stall_s=5` holds it silent for 5 s first.
         """
-        self.faults.append(Fault(method, path_contains, code, times, retry_after_s))
+        if action not in ("error", "disconnect", "stall"):
+            raise ValueError(f"unknown fault action {action!r}")
+        self.faults.append(
+            Fault(method, path_contains, code, times, retry_after_s, action, stall_s)
+        )
 
     def take_fault(self, method: str, path: str) -> Fault | None:
         for fault in self.faults:

@@ -141,6 +141,10 @@ class Fault:
     code: int
     times: int
     retry_after_s: int | None = None
+    # "error": answer with `code`; "disconnect": drop the connection without an answer;
+    # "stall": send nothing for `stall_s` seconds, then drop it (a dead peer behind a NAT)
+    action: str = "error"
+    stall_s: float = 0.0
 
     def matches(self, method: str, path: str) -> bool:
         return (self.method is None or self.method == method) and self.path_contains in path

@@ -49,6 +49,10 @@ def _required(body: Any) -> Any:
     return body
 
 
+def _client_gone(request: web.Request) -> bool:
+    return request.transport is None or request.transport.is_closing()
+
+
 def _error(err: ApiError) -> web.Response:
     return _json(err.status(), status=err.code)
 
@@ -72,6 +76,16 @@ class KubeHttpApi:
         )
         try:
             fault = self.cluster.take_fault(request.method, request.path_qs)
+            if fault is not None and fault.action != "error":
+                if fault.action == "stall":
+                    # Silent until the time is up or the client gives up and hangs up.
+                    loop = asyncio.get_running_loop()
+                    until = loop.time() + fault.stall_s
+                    while loop.time() < until and not _client_gone(request):
+                        await asyncio.sleep(0.05)
+                if request.transport is not None:
+                    request.transport.close()
+                return web.Response(status=500)  # never reaches the client
             if fault is not None:
                 response = _error(fault.error())
                 if fault.retry_after_s is not None:
