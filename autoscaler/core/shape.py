@@ -131,27 +131,60 @@ class GangShape:
         return sum(p.requests.get(resource, 0) for p in self.pods)
 
 
-def _container_resources(pod_spec: Mapping[str, Any], kind: str) -> dict[str, int]:
-    """Effective pod requests or limits: sum of containers, at least the largest init container."""
-    total: dict[str, int] = {}
-    for container in pod_spec.get("containers") or []:
-        res = (container.get("resources") or {}).get(kind) or {}
-        total = add_resources(total, {k: parse_quantity(k, v) for k, v in res.items()})
-    for container in pod_spec.get("initContainers") or []:
-        res = (container.get("resources") or {}).get(kind) or {}
-        for k, v in res.items():
-            total[k] = max(total.get(k, 0), parse_quantity(k, v))
+# Resources Kubernetes lets a container request without a limit. Every other one (GPUs and
+# other extended resources, hugepages) must have a limit equal to its request.
+_OVERCOMMITTABLE = frozenset({"cpu", "memory", "ephemeral-storage"})
+
+
+def _container_amounts(container: Mapping[str, Any]) -> tuple[dict[str, int], dict[str, int]]:
+    """One container's (requests, limits); a missing request defaults to its limit."""
+    res = container.get("resources") or {}
+    limits = {k: parse_quantity(k, v) for k, v in (res.get("limits") or {}).items()}
+    requests = {k: parse_quantity(k, v) for k, v in (res.get("requests") or {}).items()}
+    return {**limits, **requests}, limits
+
+
+def pod_resources(pod_spec: Mapping[str, Any]) -> tuple[dict[str, int], dict[str, int]]:
+    """Effective pod (requests, limits), as the scheduler and the API server count them.
+
+    Per container a missing request defaults to its limit. The pod needs the sum over its
+    containers and sidecars (init containers that keep running), at least the largest other
+    init container, plus the runtime overhead. It is limited on CPU, memory or storage only
+    when every container limits it (one unlimited sidecar leaves the pod unlimited); any
+    other resource (GPUs, hugepages) is limited at its request, as Kubernetes requires.
+    """
+    requests: dict[str, int] = {}
+    limits: dict[str, int] = {}
+    limited_in_all: set[str] | None = None
+    init = []
+    members = [(c, True) for c in pod_spec.get("initContainers") or []]
+    members += [(c, False) for c in pod_spec.get("containers") or []]
+    for container, is_init in members:
+        req, lim = _container_amounts(container)
+        limited_in_all = set(lim) if limited_in_all is None else limited_in_all & set(lim)
+        if is_init and container.get("restartPolicy") != "Always":
+            init.append((req, lim))  # runs to completion before the others start
+            continue
+        requests = add_resources(requests, req)
+        limits = add_resources(limits, lim)
+    for req, lim in init:
+        for k, v in req.items():
+            requests[k] = max(requests.get(k, 0), v)
+        for k, v in lim.items():
+            limits[k] = max(limits.get(k, 0), v)
     for k, v in (pod_spec.get("overhead") or {}).items():
-        total[k] = total.get(k, 0) + parse_quantity(k, v)
-    return total
+        amount = parse_quantity(k, v)
+        requests[k] = requests.get(k, 0) + amount
+        limits[k] = limits.get(k, 0) + amount
+    limits = {k: v for k, v in limits.items() if k in (limited_in_all or ())}
+    for k, amount in requests.items():
+        if k not in _OVERCOMMITTABLE:
+            limits[k] = amount
+    return requests, limits
 
 
 def pod_shape_from_spec(pod_spec: Mapping[str, Any]) -> PodShape:
-    limits = _container_resources(pod_spec, "limits")
-    requests = _container_resources(pod_spec, "requests")
-    # Kubernetes defaults a missing request to its limit (always so for extended resources).
-    for name, amount in limits.items():
-        requests.setdefault(name, amount)
+    requests, limits = pod_resources(pod_spec)
     raw_tolerations = tuple(pod_spec.get("tolerations") or ())
     affinity = pod_spec.get("affinity")
     return PodShape(

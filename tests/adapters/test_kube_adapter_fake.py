@@ -503,6 +503,42 @@ async def test_balloon_gangs_copy_the_lws_shape_and_hold_one_topology_domain(kub
     ]
 
 
+async def test_balloons_of_pods_with_an_unlimited_sidecar_are_valid_pods(kube, adapter):
+    # A log shipper beside vLLM with requests and no limits: the pod is unlimited on CPU and
+    # memory, so a balloon copying only the vLLM container's limits would ask for more than
+    # its limit and the API server would refuse it.
+    lws = lws_manifest("llama-decode", replicas=1, annotations={**ON})
+    templates = lws["spec"]["leaderWorkerTemplate"]
+    sidecar = {
+        "name": "log-shipper",
+        "image": "fluent/fluent-bit:3.2",
+        "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}},
+    }
+    for template in (templates["leaderTemplate"], templates["workerTemplate"]):
+        template["spec"]["containers"].append(copy.deepcopy(sidecar))
+    add_gpu_nodes(kube, 4)
+    kube.apply(lws)
+    await settle(adapter, kube)
+    state = adapter.snapshot(now_s=time.time())
+    plan = GangPlan({DECODE: component_plan(DECODE, current=1, desired=1, balloons=1)})
+    report = await adapter.apply(plan, state, dry_run=False)
+    assert report.components[DECODE].balloons.failed == ()
+    assert report.components[DECODE].balloons.created_gangs == (0,)
+
+    (real,) = [
+        p for p in lws_pods(kube, "llama-decode") if p["metadata"]["name"] == "llama-decode-0"
+    ]
+    (balloon,) = [
+        p for p in balloon_pods(kube, "llama-decode") if p["metadata"]["name"].endswith("-0-0")
+    ]
+    resources = balloon["spec"]["containers"][0]["resources"]
+    assert (
+        pod_shape_from_spec(balloon["spec"]).requests == pod_shape_from_spec(real["spec"]).requests
+    )
+    assert set(resources["limits"]) == {"nvidia.com/gpu"}  # CPU and memory unlimited
+    assert resources["limits"]["nvidia.com/gpu"] == resources["requests"]["nvidia.com/gpu"]
+
+
 async def test_a_real_scale_up_preempts_a_whole_balloon_gang_and_it_is_recreated(kube, adapter):
     add_gpu_nodes(kube, 4)
     decode_exclusive(kube, replicas=1)

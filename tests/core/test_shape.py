@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from autoscaler.core.shape import QuantityError, gang_shape_from_lws, parse_quantity
+from autoscaler.core.shape import QuantityError, gang_shape_from_lws, parse_quantity, pod_resources
 from tests.harness.shared_data import shared_data_path
 
 GIB = 2**30
@@ -62,3 +62,65 @@ def test_leader_template_defaults_to_the_worker_template():
     lws["spec"]["leaderWorkerTemplate"].pop("leaderTemplate", None)
     shape = gang_shape_from_lws(lws)
     assert shape.leader == shape.worker
+
+
+def _container(requests=None, limits=None, **extra):
+    return {"name": "c", "resources": {"requests": requests or {}, "limits": limits or {}}, **extra}
+
+
+@pytest.mark.parametrize(
+    ("spec", "requests", "limits"),
+    [
+        pytest.param(
+            {
+                "containers": [
+                    _container(limits={"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": "8"})
+                ]
+            },
+            {"cpu": 8000, "memory": 64 * GIB, "nvidia.com/gpu": 8},
+            {"cpu": 8000, "memory": 64 * GIB, "nvidia.com/gpu": 8},
+            id="limits-only-default-the-requests",
+        ),
+        pytest.param(
+            {
+                "containers": [
+                    _container(limits={"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": "8"}),
+                    _container(requests={"cpu": "500m", "memory": "1Gi"}),
+                ]
+            },
+            {"cpu": 8500, "memory": 65 * GIB, "nvidia.com/gpu": 8},
+            {"nvidia.com/gpu": 8},
+            id="an-unlimited-sidecar-leaves-the-pod-unlimited-but-gpus-stay-limited",
+        ),
+        pytest.param(
+            {
+                "containers": [
+                    _container(limits={"cpu": "8"}),
+                    _container(requests={"cpu": "500m"}, limits={"cpu": "1"}),
+                ]
+            },
+            {"cpu": 8500},
+            {"cpu": 9000},
+            id="requests-default-per-container-before-summing",
+        ),
+        pytest.param(
+            {
+                "initContainers": [
+                    _container(requests={"cpu": "16"}),
+                    _container(requests={"cpu": "1"}, restartPolicy="Always"),
+                ],
+                "containers": [_container(requests={"cpu": "4"})],
+                "overhead": {"cpu": "250m"},
+            },
+            {"cpu": 16250},
+            {},
+            id="largest-init-container-native-sidecar-adds-overhead-adds",
+        ),
+    ],
+)
+def test_pod_resources_count_as_kubernetes_does(spec, requests, limits):
+    got_requests, got_limits = pod_resources(spec)
+    assert got_requests == requests
+    assert got_limits == limits
+    for name, limit in got_limits.items():
+        assert got_requests[name] <= limit  # what the API server requires of the balloon pod

@@ -117,6 +117,54 @@ def _forbidden(plural: str, name: str, message: str) -> ApiError:
     )
 
 
+_OVERCOMMITTABLE = ("cpu", "memory", "ephemeral-storage")
+
+
+def _request_limit_problems(
+    index: int, requests: dict[str, Any], limits: dict[str, Any]
+) -> list[tuple[str, str]]:
+    """The API server's checks of one container's requests against its limits."""
+
+    def amount(text: Any) -> float | None:
+        if text is None:
+            return None
+        try:
+            return float(parse_quantity(text))
+        except (ValueError, TypeError):
+            return None  # reported as a bad quantity already
+
+    problems = []
+    where = f"spec.containers[{index}].resources"
+    for resource, request in requests.items():
+        wanted, limit = amount(request), amount(limits.get(resource))
+        if resource not in _OVERCOMMITTABLE and resource not in limits:
+            problems.append(
+                (
+                    f"{where}.limits[{resource}]",
+                    "Required value: Limit must be set for non overcommitable resources",
+                )
+            )
+        elif wanted is None or limit is None:
+            continue
+        elif resource not in _OVERCOMMITTABLE and wanted != limit:
+            problems.append(
+                (
+                    f"{where}.requests[{resource}]",
+                    f'Invalid value: "{request}": must be equal to {resource} limit of '
+                    f"{limits[resource]}",
+                )
+            )
+        elif wanted > limit:
+            problems.append(
+                (
+                    f"{where}.requests[{resource}]",
+                    f'Invalid value: "{request}": must be less than or equal to {resource} '
+                    f"limit of {limits[resource]}",
+                )
+            )
+    return problems
+
+
 def _admit_pod(cluster: Cluster, obj: Obj, *, old: Obj | None) -> Obj:
     name = obj["metadata"]["name"]
     spec = obj.get("spec")
@@ -150,6 +198,7 @@ def _admit_pod(cluster: Cluster, obj: Obj, *, old: Obj | None) -> Obj:
                 if not isinstance(amount, str):
                     # JSON numbers are accepted and stored as quantity strings.
                     amounts[resource] = format(amount, "g")
+        problems += _request_limit_problems(index, requests, limits)
         if not requests:
             resources.pop("requests")
     if problems:

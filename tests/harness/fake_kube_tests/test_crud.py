@@ -279,6 +279,44 @@ async def test_numeric_quantities_are_stored_as_strings(core: client.CoreV1Api) 
     assert created.spec.containers[0].resources.requests == {"nvidia.com/gpu": "8", "cpu": "0.5"}
 
 
+@pytest.mark.parametrize(
+    ("resources", "field", "fragment"),
+    [
+        pytest.param(
+            {"requests": {"cpu": "8500m"}, "limits": {"cpu": "8"}},
+            "spec.containers[0].resources.requests[cpu]",
+            "less than or equal to cpu limit",
+            id="request-over-limit",
+        ),
+        pytest.param(
+            {"requests": {"nvidia.com/gpu": "8"}},
+            "spec.containers[0].resources.limits[nvidia.com/gpu]",
+            "Limit must be set",
+            id="gpu-without-limit",
+        ),
+        pytest.param(
+            {"requests": {"nvidia.com/gpu": "4"}, "limits": {"nvidia.com/gpu": "8"}},
+            "spec.containers[0].resources.requests[nvidia.com/gpu]",
+            "must be equal to nvidia.com/gpu limit",
+            id="gpu-request-not-its-limit",
+        ),
+    ],
+)
+async def test_requests_are_checked_against_limits_as_the_api_server_does(
+    core: client.CoreV1Api, resources: dict, field: str, fragment: str
+) -> None:
+    body = {
+        "metadata": {"name": "p"},
+        "spec": {"containers": [{"name": "c", "image": "i", "resources": resources}]},
+    }
+    with pytest.raises(ApiException) as invalid:
+        await core.create_namespaced_pod("default", body)
+    assert invalid.value.status == 422
+    causes = json.loads(invalid.value.body)["details"]["causes"]
+    assert [c["field"] for c in causes] == [field]
+    assert fragment in causes[0]["message"]
+
+
 async def test_everything_the_fake_writes_itself_passes_the_kubernetes_schema(
     kube: FakeKube,
 ) -> None:
