@@ -597,7 +597,7 @@ async def test_a_balloon_gang_missing_one_member_is_deleted_whole_and_recreated(
                 {
                     "name": "c",
                     "image": "busybox",
-                    "resources": {"requests": {"nvidia.com/gpu": "8"}},
+                    "resources": {"limits": {"nvidia.com/gpu": "8"}},
                 }
             ],
         },
