@@ -50,6 +50,32 @@ def template_digest(lws: Obj) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
+# Bounds that come in pairs, (lower, upper): a default for one side yields to the other side
+# when the LWS sets only that one.
+_BOUND_PAIRS = ((PREFIX + "min-buffer", PREFIX + "max-buffer"),)
+
+
+def with_defaults(own: Mapping[str, str], defaults: Mapping[str, str]) -> dict[str, str]:
+    """The LWS's annotations over the operator's defaults. A default never makes the LWS's
+    own annotations invalid: with a default `min-buffer` of 1, an LWS that sets only
+    `max-buffer: "0"` (no balloons) gets a minimum of 0, not a min-over-max problem."""
+    merged = {**defaults, **own}
+    for lower, upper in _BOUND_PAIRS:
+        set_lower, set_upper = lower in own, upper in own
+        if set_lower == set_upper or lower not in merged or upper not in merged:
+            continue
+        try:
+            low, high = int(merged[lower]), int(merged[upper])
+        except ValueError:
+            continue  # the LWS's own value is bad; parsing names it
+        if low > high:
+            if set_upper:
+                merged[lower] = str(high)
+            else:
+                merged[upper] = str(low)
+    return merged
+
+
 def parse_lws(
     lws: Obj, *, key: ComponentKey, default_annotations: Mapping[str, str] | None = None
 ) -> ParsedLws:
@@ -57,7 +83,7 @@ def parse_lws(
     policy: Policy | None = None
     try:
         policy = parse_policy(
-            {**(default_annotations or {}), **annotations_of(lws)}, lws_name=key.lws
+            with_defaults(annotations_of(lws), default_annotations or {}), lws_name=key.lws
         )
     except PolicyError as err:
         problems.extend(err.problems)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 
+import pytest
+
 from autoscaler.adapters.kube_discovery import ParseCache, discover, template_digest
 from autoscaler.adapters.kube_state import build_state
 from autoscaler.core.model import ComponentKey, GangState
@@ -99,6 +101,29 @@ def test_operator_defaults_apply_where_the_lws_sets_nothing():
 
 PREFILL = ComponentKey("serving", "llama-prefill")
 DECODE = ComponentKey("serving", "llama-decode")
+
+
+@pytest.mark.parametrize(
+    ("own", "expected"),
+    [
+        pytest.param({"gang-autoscaler.io/max-buffer": "0"}, (0, 0), id="lws-opts-out-of-balloons"),
+        pytest.param({"gang-autoscaler.io/min-buffer": "5"}, (5, 5), id="lws-raises-the-minimum"),
+        pytest.param(
+            {"gang-autoscaler.io/min-buffer": "3", "gang-autoscaler.io/max-buffer": "2"},
+            None,
+            id="the-lws-own-contradiction-is-still-a-problem",
+        ),
+    ],
+)
+def test_an_operator_default_yields_to_the_other_bound_the_lws_sets(own, expected):
+    defaults = {"gang-autoscaler.io/min-buffer": "1", "gang-autoscaler.io/max-buffer": "4"}
+    found = discover(_pd(decode_extra=own), default_annotations=defaults)[DECODE]
+    if expected is None:
+        assert found.policy is None
+        assert [p.annotation for p in found.problems] == ["gang-autoscaler.io/min-buffer"]
+    else:
+        assert found.problems == ()
+        assert (found.policy.min_buffer, found.policy.max_buffer) == expected
 
 
 def _bump(lws, version, **annotations):
