@@ -48,7 +48,7 @@ from autoscaler.service.forecasts import (
 from autoscaler.service.http_api import HttpServer, Probe
 from autoscaler.service.logs import configure_logging
 from autoscaler.service.metrics import ServiceMetrics
-from autoscaler.service.settings import RunSettings
+from autoscaler.service.settings import MIN_LEASE_DURATION_S, RunSettings
 
 log = logging.getLogger(__name__)
 
@@ -64,8 +64,10 @@ def lease_timing(lease_duration_s: float) -> tuple[int, int, int]:
     default proportions (15 s, 10 s, 2 s). The renew deadline stays below the lease duration
     so a leader that cannot renew stops writing before a standby may take over."""
     lease_s = int(lease_duration_s)
-    if lease_s < 3:
-        raise ValueError(f"lease duration must be at least 3s, got {lease_duration_s:g}s")
+    if lease_s < MIN_LEASE_DURATION_S:  # refused earlier, by the settings
+        raise ValueError(
+            f"lease duration must be at least {MIN_LEASE_DURATION_S}s, got {lease_duration_s:g}s"
+        )
     retry_s = max(1, lease_s // 7)
     renew_s = max(retry_s + 1, lease_s * 2 // 3)
     return lease_s, renew_s, retry_s

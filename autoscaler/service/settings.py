@@ -40,6 +40,8 @@ from autoscaler.core.policy import parse_duration
 from forecasting.models import MODELS, PLANNING_MODEL
 
 ENV_PREFIX = "GANG_AUTOSCALER_"
+# The shortest leader Lease that leaves whole seconds for the renew deadline and retries.
+MIN_LEASE_DURATION_S = 3
 
 
 class SettingsError(ValueError):
@@ -202,6 +204,21 @@ class RunSettings(BaseSettings):
     buffer: BufferDefaults = Field(
         default=BufferDefaults(), description="Default balloon-gang buffer bounds."
     )
+
+    @field_validator("lease_duration")
+    @classmethod
+    def _lease_long_enough(cls, value: timedelta) -> timedelta:
+        # Renewals every lease/7 s and a renew deadline below the lease need whole seconds.
+        if value < timedelta(seconds=MIN_LEASE_DURATION_S):
+            raise ValueError(
+                f"must be at least {MIN_LEASE_DURATION_S}s (client-go's default is 15s)"
+            )
+        return value
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _level_any_case(cls, value: object) -> object:
+        return value.upper() if isinstance(value, str) else value
 
     @field_validator("forecast_model")
     @classmethod

@@ -211,6 +211,7 @@ BAD_VALUES = [
     pytest.param(_with("buffer.minGangs", -1), id="negative-buffer"),
     pytest.param(_with("balloonPriorityClass.value", -10), id="balloon-at-expendable-cutoff"),
     pytest.param(_with("balloonPriorityClass.value", 0), id="balloon-not-below-workloads"),
+    pytest.param(_with("balloonPriorityClass.value", -7), id="balloon-value-the-service-refuses"),
     pytest.param(_with("httpPort", 80), id="privileged-port"),
     pytest.param(_with("replicaCount", 0), id="no-replicas"),
     pytest.param(_with("serviceMonitor.interval", "soon"), id="bad-scrape-interval"),

@@ -116,6 +116,11 @@ def test_dry_run_flag_can_switch_off_what_the_environment_switched_on(
             "namespaces",
             id="namespace-not-dns-label",
         ),
+        pytest.param(
+            ["--prometheus-url", "http://p:1", "--lease-duration", "2s"],
+            "lease_duration: .*at least 3s",
+            id="lease-too-short-for-renewals",
+        ),
     ],
 )
 def test_bad_values_are_refused_with_the_field_named(argv: list[str], message: str) -> None:
@@ -164,3 +169,8 @@ def test_top_level_log_level_reaches_the_settings() -> None:
     )
     assert load_settings(args).log_level == "DEBUG"
     assert _load("--prometheus-url", "http://p:1").log_level == "INFO"
+
+
+def test_log_level_from_the_environment_is_read_in_any_case(monkeypatch) -> None:
+    monkeypatch.setenv("GANG_AUTOSCALER_LOG_LEVEL", "warning")
+    assert _load("--prometheus-url", "http://p:1").log_level == "WARNING"
