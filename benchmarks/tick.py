@@ -60,7 +60,7 @@ def _manifests(namespace: str) -> list[dict[str, Any]]:
         annotations = doc["metadata"]["annotations"]
         annotations["gang-autoscaler.io/min-buffer"] = "0"
         annotations["gang-autoscaler.io/max-buffer"] = "0"
-        # One zone per gang would need a zone per LWS; nodes carry no zone label here.
+        # One rack per gang would need a rack per LWS; nodes carry no rack label here.
         annotations.pop("leaderworkerset.sigs.k8s.io/exclusive-topology", None)
         out.append(doc)
     return out

@@ -2,8 +2,8 @@
 Prometheus scraping the vLLM exporter, and the real `Service` started in-process.
 
 The PD deployment is the repository's `examples/pd-deployment.yaml` (prefill and decode
-LWS, 2 pods of 8 GPUs per gang, exclusive zone topology), put in a namespace of each test's
-own, with the annotations a test overrides. Every zone has two GPU nodes, so one zone holds
+LWS, 2 pods of 8 GPUs per gang, exclusive rack topology), put in a namespace of each test's
+own, with the annotations a test overrides. Every rack has two GPU nodes, so one rack holds
 exactly one gang (the LWS's exclusive topology).
 
 The exporter serves a leader pod for every group a component could ever have (up to its
@@ -34,6 +34,7 @@ from tests.harness.vllm_exporter import VllmExporter
 
 REPO = Path(__file__).resolve().parents[2]
 PD_EXAMPLE = REPO / "examples" / "pd-deployment.yaml"
+RACK_LABEL = "example.com/rack"  # the example's exclusive topology key
 GPU_PRODUCT = "NVIDIA-H100-80GB-HBM3"
 LWS_API = ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets")
 PREFILL, DECODE = "llama-prefill", "llama-decode"
@@ -72,7 +73,7 @@ def add_gpu_zones(kube: FakeKube, *, zones: int, prefix: str = "z") -> None:
                 extended={"ephemeral-storage": "3000Gi"},
                 labels={
                     "nvidia.com/gpu.product": GPU_PRODUCT,
-                    "topology.kubernetes.io/zone": f"{prefix}{zone}",
+                    RACK_LABEL: f"{prefix}{zone}",
                 },
             )
 
