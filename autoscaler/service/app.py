@@ -299,7 +299,11 @@ class Service:
         return self.metrics.exposition()
 
     def decisions(self) -> dict[str, Any]:
-        return decisions_view(self.loop.last, forecast_status=self.forecasts.status)
+        return decisions_view(
+            self.loop.last,
+            last_planned=self.loop.last_planned,
+            forecast_status=self.forecasts.status,
+        )
 
 
 async def serve(settings: RunSettings, *, stop: asyncio.Event | None = None) -> int:

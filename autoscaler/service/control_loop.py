@@ -191,6 +191,9 @@ class ControlLoop:
         self.memory = Memory()
         self.ticks = 0
         self.last: TickRecord | None = None
+        # The last tick that produced a plan: `/decisions` keeps showing it after a tick
+        # that stopped before planning (a deadline, an error).
+        self.last_planned: TickRecord | None = None
         self._acting = False  # this instance acted as leader on the last tick
         self._reported: dict[ComponentKey, ComponentLabels] = {}
         self._last_logged: dict[ComponentKey, tuple[object, ...]] = {}
@@ -237,6 +240,8 @@ class ControlLoop:
             errors=tuple(errors),
         )
         self.last = record
+        if record.plan is not None:
+            self.last_planned = record
         self._metrics.observe_tick(
             duration_s=duration_s,
             finished_at_s=self._clock(),

@@ -166,15 +166,23 @@ def _inputs(comp: ComponentState, signals: Signals | None) -> dict[str, Any]:
 def decisions_view(
     record: TickRecord | None,
     *,
+    last_planned: TickRecord | None = None,
     forecast_status: Callable[[ComponentKey], ForecastStatus] | None = None,
 ) -> dict[str, Any]:
-    """The JSON body of `/decisions` for the last tick (an empty shell before the first)."""
+    """The JSON body of `/decisions` for the last tick (an empty shell before the first).
+
+    When the last tick stopped before planning, each component shows the plan of
+    `last_planned` (the last tick that made one), and `plan_tick` says which tick that was.
+    """
     if record is None:
         return {"tick": None, "components": {}}
     components: dict[str, Any] = {}
-    state = record.state
+    state = record.state or (last_planned.state if last_planned else None)
     plan = record.plan
     applied = record.applied
+    plan_tick = record.number
+    if plan is None and last_planned is not None:
+        plan, applied, plan_tick = last_planned.plan, last_planned.applied, last_planned.number
     for key in sorted(state.components) if state else ():
         comp = state.components[key]  # type: ignore[union-attr]
         found = comp.discovered
@@ -191,6 +199,7 @@ def decisions_view(
                 record.forecasts.get(key), forecast_status(key) if forecast_status else None
             ),
             "plan": plan_view(plan.components.get(key) if plan else None),
+            "plan_tick": plan_tick if plan and key in plan.components else None,
             "applied": applied_view(applied.components.get(key) if applied else None),
         }
     return {

@@ -14,14 +14,16 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from autoscaler.adapters.kube_state import build_state
 from autoscaler.core.decision import plan as core_plan
-from autoscaler.core.gang_plan import Memory, Reason
+from autoscaler.core.gang_plan import ComponentPlan, GangPlan, Memory, Reason
 from autoscaler.core.model import ComponentKey
 from autoscaler.service.app import lease_timing
-from autoscaler.service.control_loop import plan_isolated, seed_memory
+from autoscaler.service.control_loop import TickRecord, plan_isolated, seed_memory
 from autoscaler.service.decisions_view import decisions_view
 from autoscaler.service.forecasts import DemandForecasts
 from autoscaler.service.logs import JsonFormatter
+from tests.adapters.kube_fixtures import vllm_lws
 from tests.core.builders import obs, observations, policy
 from tests.harness.fake_kube import FakeKube
 from tests.service.stack import DECODE, pd_manifests, settings_for, start_service, wait_until
@@ -93,6 +95,36 @@ def test_json_log_lines_carry_the_decision_fields() -> None:
 
 def test_decisions_before_the_first_tick_is_an_empty_shell() -> None:
     assert decisions_view(None) == {"tick": None, "components": {}}
+
+
+def test_decisions_keep_the_last_plan_after_a_tick_that_stopped_before_planning() -> None:
+    lws = vllm_lws(name="chat", annotations={"gang-autoscaler.io/enabled": "true"}, replicas=2)
+    state = build_state(lws_objects=[lws], pods=[], nodes=[], now_s=0.0)
+    key = ComponentKey("serving", "chat")
+    planned = GangPlan(
+        {
+            key: ComponentPlan(
+                key=key,
+                current_gangs=2,
+                desired_gangs=3,
+                reason=Reason.SCALE_UP_WAITING,
+                balloon_gangs=1,
+                balloon_reason=Reason.BUFFER_MIN,
+            )
+        }
+    )
+    common = {"duration_s": 0.1, "cpu_s": 0.1, "leader": True, "dry_run": False}
+    good = TickRecord(
+        number=7, started_at_s=100.0, outcome="ok", state=state, plan=planned, **common
+    )
+    stopped = TickRecord(number=8, started_at_s=115.0, outcome="deadline: abandoned", **common)
+
+    view = decisions_view(stopped, last_planned=good)
+    assert (view["tick"], view["outcome"]) == (8, "deadline: abandoned")
+    component = view["components"]["serving/chat"]
+    assert component["plan"]["desired_gangs"] == 3
+    assert component["plan_tick"] == 7
+    assert decisions_view(good, last_planned=good)["components"]["serving/chat"]["plan_tick"] == 7
 
 
 @pytest.fixture
