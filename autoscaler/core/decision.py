@@ -143,8 +143,11 @@ def _draft(
                 f"demand {obs.signals.demand:g} now at {capacity:g} per gang",
             )
 
-    # Step 2: forecast floor (skipped when no signal at all could be read).
-    if policy.forecast and forecast is not None and capacity is not None and not proposal.no_data:
+    # Step 2: forecast floor (skipped when no signal at all could be read). At zero gangs no
+    # signal can be read, ever: the forecast is what brings a deployment back (it can only
+    # raise, and there is nothing to lower).
+    readable = not proposal.no_data or current == 0
+    if policy.forecast and forecast is not None and capacity is not None and readable:
         floor = gangs_for_demand(forecast.point, capacity)
         if floor > draft.gangs:
             draft.step(

@@ -492,6 +492,36 @@ def test_pd_deployment_goes_to_zero_only_as_a_whole():
     assert ("coupling", Reason.DEPLOYMENT_AT_ZERO) in [(s.stage, s.reason) for s in p.steps]
 
 
+def test_a_deployment_at_zero_is_woken_by_its_forecast_as_a_whole():
+    # At zero gangs there is no vLLM metric to read; the prefill forecast (demand seen at
+    # this time on earlier days) is what brings the deployment back, decode included.
+    at_zero = {"deployment": "chat", "min_replicas": 0, "capacity_per_replica": 1000}
+    p_obs = obs("chat-p", ready=0, spec=0, waiting=None, kv=None, gangs=())
+    d_obs = obs("chat-d", ready=0, spec=0, waiting=None, kv=None, gangs=())
+    the_plan, _ = plan(
+        observations(p_obs, d_obs),
+        {
+            p_obs.key: policy(component="prefill", **at_zero),
+            d_obs.key: policy(component="decode", **at_zero),
+        },
+        {p_obs.key: forecast(1_500)},
+        Memory(),
+        now=NOW,
+    )
+    p, d = the_plan.components[p_obs.key], the_plan.components[d_obs.key]
+    assert (p.desired_gangs, p.reason) == (2, Reason.FORECAST_FLOOR)
+    assert (d.desired_gangs, d.reason) == (1, Reason.DEPLOYMENT_MINIMUM)
+
+
+def test_a_component_with_gangs_and_no_data_still_ignores_its_forecast():
+    result, _ = decide(
+        obs(ready=2, waiting=None, kv=None),
+        policy(capacity_per_replica=1000),
+        fc=forecast(9_000),
+    )
+    assert (result.desired_gangs, result.reason) == (2, Reason.HOLD_MISSING_DATA)
+
+
 def test_short_cluster_gives_one_of_each_before_a_second_of_either():
     # Only 2 more gangs fit (two 2x8-GPU gangs on four 8-GPU nodes); both components want 2.
     nodes = tuple(node(f"n{i}") for i in range(4))
