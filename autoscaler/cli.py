@@ -13,6 +13,8 @@ from collections.abc import Sequence
 
 # Each entry is a module under autoscaler.commands exposing add_parser(subparsers).
 COMMANDS: tuple[str, ...] = ("check", "run", "backtest", "simulate")
+# The levels `run`'s settings accept (autoscaler.service.settings.RunSettings.log_level).
+LOG_LEVELS: tuple[str, ...] = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -23,8 +25,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--log-level",
         default=None,
-        help="logging level (DEBUG, INFO, WARNING, ERROR); default INFO, or for `run` its "
-        "environment or config file setting",
+        type=str.upper,
+        choices=LOG_LEVELS,
+        metavar="LEVEL",
+        help=f"logging level ({', '.join(LOG_LEVELS)}; any case); default INFO, or for `run` "
+        "its environment or config file setting",
     )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMANDS:
@@ -37,7 +42,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not getattr(args, "configures_logging", False):
         logging.basicConfig(
-            level=(args.log_level or "INFO").upper(),
+            level=args.log_level or "INFO",
             format="%(asctime)s %(levelname)s %(name)s: %(message)s",
             stream=sys.stderr,
         )

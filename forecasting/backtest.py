@@ -2,10 +2,11 @@
 
 The first `train_s` of the trace (default: 7 days or half the trace, whichever is shorter)
 is the initial history. Then, window by window, each model is updated with the newly closed
-window and forecasts `horizon_s` ahead, as the service would each tick; every `refit_every_s`
-(default one day, the service's slow cadence) it is refitted on everything seen so far. A
-forecast is scored against the actual window `horizon_s` later. Origins whose target is
-missing are skipped, and every model is scored on the same origins.
+window and forecasts `horizon_s` ahead (rounded up to whole windows; the report gives the
+horizon used), as the service would each tick; every `refit_every_s` (default one day, the
+service's slow cadence) it is refitted on everything seen so far. A forecast is scored
+against the actual window `horizon_s` later. Origins whose target is missing are skipped,
+and every model is scored on the same origins.
 
 Scores per model: MAE and, scaled by the in-sample one-step naive MAE of the initial history
 (Hyndman & Koehler 2006), MASE; sMAPE in percent (0-200); the MAE ratio against persistence
@@ -97,11 +98,16 @@ def run_backtest(
     refit_every_s: float = DAY_S,
     min_scored_origins: int = MIN_SCORED_ORIGINS,
 ) -> BacktestReport:
-    """Score `models` (the two baselines are always included) on `series`."""
+    """Score `models` (the two baselines are always included) on `series`.
+
+    Forecasts reach whole windows ahead, so the horizon is rounded up to whole steps; the
+    report carries the horizon actually scored.
+    """
     windows = resample(series, step_s=step_s)
     ends = windows.end_timestamps_s
     actual = windows.values
     steps = max(1, math.ceil(horizon_s / step_s - 1e-9))
+    horizon_s = steps * step_s
     train = int(
         (train_s if train_s is not None else min(DEFAULT_TRAIN_S, ends.size * step_s / 2)) // step_s
     )

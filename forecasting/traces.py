@@ -30,7 +30,21 @@ from forecasting.series import Series
 SERVEGEN_COLUMNS = ("t_seconds", "requests_per_s")
 AZURE_1S_COLUMNS = ("t_seconds", "requests")
 AZURE_RAW_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
-TRACE_SUFFIXES = ("", ".csv", "_600s.csv", "_1s.csv")
+TRACE_SUFFIXES = ("", ".csv", "_600s.csv", "_1s.csv", ".jsonl")
+
+# The shared traces by the names the commands document -> their files in the traces
+# directory. Every file there also answers to its short name, the stem without `_600s` or
+# `_1s` (`servegen_m-small`, `azure2023_conv`), so `simulate` and `backtest` take both.
+SHARED_TRACES: dict[str, str] = {
+    "azure-code": "AzureLLMInferenceTrace_code.csv",
+    "azure-conv": "AzureLLMInferenceTrace_conv.csv",
+    "azure-code-1s": "azure2023_code_1s.csv",
+    "azure-conv-1s": "azure2023_conv_1s.csv",
+    "mooncake": "mooncake_fast25_synthetic_trace.jsonl",
+    "servegen-m-mid": "servegen_m-mid_600s.csv",
+    "servegen-m-small": "servegen_m-small_600s.csv",
+    "servegen-mm-image": "servegen_mm-image_600s.csv",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,20 +61,36 @@ def default_traces_dir() -> Path:
 
 
 def resolve_trace(name_or_path: str, *, traces_dir: Path | None = None) -> Path:
-    """A file path as given, or a shared trace by name (e.g. `servegen_m-small`)."""
+    """A file path as given, or a shared trace by either of its names (`servegen-m-small`,
+    `servegen_m-small`)."""
     path = Path(name_or_path)
     if path.is_file():
         return path
     directory = traces_dir or default_traces_dir()
+    if name_or_path in SHARED_TRACES:
+        candidate = directory / SHARED_TRACES[name_or_path]
+        if candidate.is_file():
+            return candidate
+        raise TraceFormatError(
+            f"shared trace {name_or_path!r}: no file {candidate.name} in {directory}"
+        )
     for suffix in TRACE_SUFFIXES:
         candidate = directory / f"{name_or_path}{suffix}"
         if candidate.is_file():
             return candidate
-    known = sorted(_short_name(p) for p in directory.glob("*.csv")) if directory.is_dir() else []
     raise TraceFormatError(
-        f"no trace file {name_or_path!r} and no shared trace of that name in {directory}"
-        + (f"; shared traces: {', '.join(known)}" if known else "")
+        f"no trace file {name_or_path!r} and no shared trace of that name in {directory};"
+        f" shared trace names: {', '.join(shared_trace_names(directory))}"
     )
+
+
+def shared_trace_names(directory: Path) -> list[str]:
+    """The names `resolve_trace` takes for the shared traces: the documented ones, then the
+    short names of the files that are (or should be) in `directory`."""
+    files = {Path(name) for name in SHARED_TRACES.values()}
+    if directory.is_dir():
+        files.update(p for p in directory.iterdir() if p.suffix in (".csv", ".jsonl"))
+    return [*SHARED_TRACES, *sorted({_short_name(p) for p in files})]
 
 
 def load_trace(name_or_path: str, *, traces_dir: Path | None = None) -> Trace:

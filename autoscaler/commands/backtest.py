@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from autoscaler.commands.arg_types import positive_duration_s
+from autoscaler.commands.output_paths import ensure_writable_file
 from forecasting.backtest import BacktestReport, run_backtest
 from forecasting.errors import ForecastingError
 from forecasting.grid import DEFAULT_STEP_S
@@ -38,15 +39,17 @@ def add_parser(subparsers: Any) -> None:
         "--trace",
         default=DEFAULT_TRACE,
         metavar="NAME|PATH",
-        help=f"a trace file, or the name of a shared trace in {default_traces_dir()} "
-        f"(e.g. servegen_m-small, servegen_m-mid, azure2023_conv); default {DEFAULT_TRACE}",
+        help=f"a trace file, or the name of a shared trace in {default_traces_dir()}, as "
+        "simulate takes it or by its file's short name (e.g. servegen-m-small or "
+        f"servegen_m-small, azure-conv or AzureLLMInferenceTrace_conv); default {DEFAULT_TRACE}",
     )
     parser.add_argument(
         "--horizon",
         type=positive_duration_s,
         default=1800.0,
         metavar="DURATION",
-        help="how far ahead to forecast, e.g. 10m, 30m, 1h (default 30m)",
+        help="how far ahead to forecast, e.g. 10m, 30m, 1h (default 30m); rounded up to "
+        "whole windows (--step)",
     )
     parser.add_argument(
         "--step",
@@ -74,6 +77,12 @@ def _backtest(args: argparse.Namespace) -> int:
     if not 0.5 <= args.quantile < 1:
         print("gang-autoscaler backtest: --quantile must be in [0.5, 1)", file=sys.stderr)
         return EXIT_BAD_INPUT
+    if args.json is not None:
+        # a backtest can take minutes; an output that cannot be written fails now
+        try:
+            ensure_writable_file(args.json)
+        except OSError as err:
+            return _cannot_write(args.json, err)
     try:
         trace = load_trace(args.trace)
         step_s = args.step or max(DEFAULT_STEP_S, trace.native_step_s)
@@ -88,14 +97,24 @@ def _backtest(args: argparse.Namespace) -> int:
     except ForecastingError as err:
         print(f"gang-autoscaler backtest: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    if not math.isclose(report.horizon_s, args.horizon, rel_tol=1e-9):
+        print(
+            f"gang-autoscaler backtest: horizon {args.horizon:g} s rounded up to "
+            f"{report.horizon_s:g} s (forecasts reach whole windows of {report.step_s:g} s)",
+            file=sys.stderr,
+        )
     print(format_table(report))
     if args.json is not None:
         try:
             args.json.write_text(json.dumps(report.contract_json(), indent=2) + "\n")
         except OSError as err:
-            print(f"gang-autoscaler backtest: cannot write {args.json}: {err}", file=sys.stderr)
-            return EXIT_BAD_INPUT
+            return _cannot_write(args.json, err)
     return 0
+
+
+def _cannot_write(path: Path, err: OSError) -> int:
+    print(f"gang-autoscaler backtest: cannot write {path}: {err.strerror or err}", file=sys.stderr)
+    return EXIT_BAD_INPUT
 
 
 def format_table(report: BacktestReport) -> str:

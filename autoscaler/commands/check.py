@@ -55,15 +55,22 @@ def check_documents(
     """Check (source, object) pairs. Returns the findings and how many opted-in LWS were seen."""
     findings: list[Finding] = []
     policies: dict[ComponentKey, Policy] = {}
+    unparsed: dict[ComponentKey, frozenset[str]] = {}
     sources: dict[ComponentKey, str] = {}
     seen = 0
     for source, doc in documents:
         if not _is_lws(doc):
             continue
         metadata = doc.get("metadata") or {}
-        annotations = metadata.get("annotations") or {}
+        if not isinstance(metadata, Mapping):
+            findings.append(Finding(source, "-", "metadata", "must be a mapping"))
+            continue
         name = str(metadata.get("name", "?"))
         key = ComponentKey(str(metadata.get("namespace") or "default"), name)
+        annotations = metadata.get("annotations") or {}
+        if not isinstance(annotations, Mapping):
+            findings.append(Finding(source, str(key), "metadata.annotations", "must be a mapping"))
+            continue
         if not is_enabled(annotations):
             if any(str(k).startswith(PREFIX) for k in annotations):
                 findings.append(
@@ -81,16 +88,26 @@ def check_documents(
             gang_shape_from_lws(doc)
         except (QuantityError, ValueError, TypeError) as err:
             findings.append(Finding(source, str(key), "spec.leaderWorkerTemplate", str(err)))
+        except AttributeError as err:  # a list or a scalar where the template has a mapping
+            findings.append(
+                Finding(source, str(key), "spec.leaderWorkerTemplate", f"malformed: {err}")
+            )
         try:
             policies[key] = parse_policy(annotations, lws_name=name)
         except PolicyError as err:
             findings.extend(Finding(source, str(key), p.annotation, p.detail) for p in err.problems)
+            # What did parse is still checked against the other components of its deployment,
+            # unless which deployment it belongs to is itself in error.
+            if err.partial is not None and "deployment" not in err.unparsed:
+                policies[key] = err.partial
+                unparsed[key] = err.unparsed
 
     deployments: dict[DeploymentKey, dict[ComponentKey, Policy]] = {}
     for key, policy in policies.items():
         deployments.setdefault(deployment_key(key, policy), {})[key] = policy
     for members in deployments.values():
-        for key, problems in sorted(validate_deployment(members).items()):
+        problems_by_key = validate_deployment(members, unparsed=unparsed)
+        for key, problems in sorted(problems_by_key.items()):
             findings.extend(
                 Finding(sources[key], str(key), p.annotation, p.detail) for p in problems
             )
@@ -103,17 +120,47 @@ def _read(paths: Iterable[str]) -> tuple[list[tuple[str, Mapping[str, Any]]], li
     for path in paths:
         try:
             text = Path(path).read_text(encoding="utf-8")
-            for doc in yaml.safe_load_all(text):
-                if isinstance(doc, dict):
-                    items = doc.get("items") if doc.get("kind", "").endswith("List") else None
-                    for item in items if isinstance(items, list) else [doc]:
-                        if isinstance(item, dict):
-                            documents.append((path, item))
+            for number, doc in enumerate(yaml.safe_load_all(text), start=1):
+                if not isinstance(doc, dict):
+                    continue
+                objects, problems = _objects(path, f"document {number}", doc)
+                documents.extend(objects)
+                errors.extend(problems)
         except OSError as err:
             errors.append(Finding(path, "-", "file", f"cannot read: {err.strerror or err}"))
+        except UnicodeDecodeError as err:
+            errors.append(
+                Finding(
+                    path,
+                    "-",
+                    "file",
+                    f"not UTF-8 text: byte 0x{err.object[err.start]:02x} at offset {err.start}",
+                )
+            )
         except yaml.YAMLError as err:
             errors.append(Finding(path, "-", "file", f"not valid YAML: {err}".replace("\n", " ")))
     return documents, errors
+
+
+def _objects(
+    path: str, where: str, doc: Mapping[str, Any]
+) -> tuple[list[tuple[str, Mapping[str, Any]]], list[Finding]]:
+    """The objects of one YAML document: itself, or the items of a `...List`."""
+    kind = doc.get("kind")
+    if not isinstance(kind, str) or not kind.strip():
+        shown = "missing or empty" if kind in (None, "") else f"{kind!r} is not a kind name"
+        return [], [Finding(path, where, "kind", f"{shown}; every Kubernetes object has one")]
+    items = doc.get("items") if kind.endswith("List") else None
+    if not isinstance(items, list):
+        return [(path, doc)], []
+    objects: list[tuple[str, Mapping[str, Any]]] = []
+    problems: list[Finding] = []
+    for number, item in enumerate(items, start=1):
+        if isinstance(item, dict):
+            found, wrong = _objects(path, f"{where} item {number}", item)
+            objects.extend(found)
+            problems.extend(wrong)
+    return objects, problems
 
 
 def run(args: argparse.Namespace) -> int:

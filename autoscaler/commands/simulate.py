@@ -13,11 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from autoscaler.commands.arg_types import positive_duration_s
+from autoscaler.commands.output_paths import ensure_writable_directory, ensure_writable_file
 from autoscaler.sim.config import load_settings
 from autoscaler.sim.errors import SimulationError
 from autoscaler.sim.report import table, uses_table, write_json, write_report
 from autoscaler.sim.runner import POLICIES, compare, load_workload
-from autoscaler.sim.workload import BUILTIN_TRACE, SHARED_TRACES, resolve_trace
+from autoscaler.sim.workload import BUILTIN_TRACE, resolve_trace
+from forecasting import traces
 
 EXIT_BAD_INPUT = 2
 TRACES_ENV = "GANG_AUTOSCALER_TRACES"
@@ -27,7 +29,7 @@ def default_traces_dir() -> Path:
     """$GANG_AUTOSCALER_TRACES, else `shared/data/traces` beside the repository checkout."""
     if os.environ.get(TRACES_ENV):
         return Path(os.environ[TRACES_ENV])
-    return Path(__file__).resolve().parents[2].parent / "shared" / "data" / "traces"
+    return traces.default_traces_dir()
 
 
 def _positive(text: str) -> float:
@@ -53,7 +55,8 @@ def add_parser(subparsers: Any) -> None:
         "--trace",
         default=BUILTIN_TRACE,
         metavar="NAME|PATH",
-        help=f"a trace file or a shared trace name ({', '.join(SHARED_TRACES)}); "
+        help=f"a trace file or a shared trace name ({', '.join(traces.SHARED_TRACES)}, or a "
+        "file's short name as backtest takes it, e.g. servegen_m-small); "
         f"default: {BUILTIN_TRACE}, shipped with the package",
     )
     parser.add_argument(
@@ -105,7 +108,22 @@ def _simulate(args: argparse.Namespace) -> int:
     try:
         settings = load_settings(args.config, seed=args.seed, mode=args.mode, step_s=args.step)
         path = resolve_trace(args.trace, traces_dir=args.traces_dir or default_traces_dir())
-        name = args.trace if args.trace in (BUILTIN_TRACE, *SHARED_TRACES) else path.name
+        # a trace named is reported by that name, a file by its file name
+        name = path.name if path == Path(args.trace) else args.trace
+    except SimulationError as err:
+        print(f"gang-autoscaler simulate: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    # A run can take minutes; an output that cannot be written fails now, not after it.
+    for output, ensure_writable in (
+        (args.json, ensure_writable_file),
+        (args.report, ensure_writable_directory),
+    ):
+        if output is not None:
+            try:
+                ensure_writable(output)
+            except OSError as err:
+                return _cannot_write(output, err)
+    try:
         workload, scale = load_workload(path, settings, scale=args.scale, name=name)
         if args.duration is not None:
             workload = workload.slice(0.0, args.duration)
@@ -130,8 +148,20 @@ def _simulate(args: argparse.Namespace) -> int:
     print()
     print(uses_table(comparison))
     if args.json is not None:
-        write_json(comparison, args.json)
+        try:
+            write_json(comparison, args.json)
+        except OSError as err:
+            return _cannot_write(args.json, err)
     if args.report is not None:
-        for written in write_report(comparison, args.report):
-            print(f"wrote {written}", file=sys.stderr)
+        try:
+            written = write_report(comparison, args.report)
+        except OSError as err:
+            return _cannot_write(args.report, err)
+        for written_file in written:
+            print(f"wrote {written_file}", file=sys.stderr)
     return 0
+
+
+def _cannot_write(path: Path, err: OSError) -> int:
+    print(f"gang-autoscaler simulate: cannot write {path}: {err.strerror or err}", file=sys.stderr)
+    return EXIT_BAD_INPUT

@@ -11,8 +11,8 @@ Must not import: asyncio, aiohttp, kubernetes_asyncio, prometheus_api_client, st
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
@@ -74,6 +74,8 @@ class RatioBand:
 
     low: float
     high: float
+    # the annotation as written, for messages; two spellings of one band are equal
+    text: str | None = field(default=None, compare=False)
 
     def contains(self, prefill_gangs: int, decode_gangs: int) -> bool:
         if decode_gangs == 0:
@@ -104,7 +106,7 @@ def parse_ratio_band(text: Any) -> RatioBand:
         if prefill <= 0 or decode <= 0:
             raise ValueError(f"{text!r}: both sides of a ratio must be positive")
         fractions.append(prefill / decode)
-    return RatioBand(low=min(fractions), high=max(fractions))
+    return RatioBand(low=min(fractions), high=max(fractions), text=str(text))
 
 
 # "nan", "infinity" and "1e999" all read as floats; none of them is a usable setting.
@@ -186,10 +188,23 @@ class PolicyProblem:
 
 
 class PolicyError(ValueError):
-    """The annotations of one LWS (or one deployment) do not form a valid policy."""
+    """The annotations of one LWS (or one deployment) do not form a valid policy.
 
-    def __init__(self, problems: Iterable[PolicyProblem]) -> None:
+    `partial` is the policy of the annotations that did parse, the rest at their defaults,
+    and `unparsed` names the annotations (without the prefix) that did not: enough to look
+    for further problems, such as a deployment's components disagreeing, never to scale on.
+    """
+
+    def __init__(
+        self,
+        problems: Iterable[PolicyProblem],
+        *,
+        partial: Policy | None = None,
+        unparsed: Collection[str] = (),
+    ) -> None:
         self.problems = tuple(problems)
+        self.partial = partial
+        self.unparsed = frozenset(unparsed)
         super().__init__("; ".join(str(p) for p in self.problems))
 
 
@@ -211,23 +226,47 @@ def parse_policy(annotations: Mapping[str, str] | None, *, lws_name: str) -> Pol
         for key, value in (annotations or {}).items()
         if key.startswith(PREFIX)
     }
-    problems: list[PolicyProblem] = []
-    for key, value in raw.items():
-        if not isinstance(value, str):
-            problems.append(
-                PolicyProblem(PREFIX + key, repr(value), "annotation values must be strings")
-            )
-    if problems:
-        raise PolicyError(problems)
+    problems = [
+        PolicyProblem(PREFIX + key, repr(value), "annotation values must be strings")
+        for key, value in raw.items()
+        if not isinstance(value, str)
+    ]
+    unparsed = {p.annotation.removeprefix(PREFIX) for p in problems}
+    cause: ValidationError | None = None
     try:
-        policy = Policy.model_validate(raw)
+        policy = Policy.model_validate({k: v for k, v in raw.items() if k not in unparsed})
     except ValidationError as err:
+        cause = err
         for error in err.errors():
             alias = str(error["loc"][0]) if error["loc"] else ""
             problems.append(PolicyProblem(PREFIX + alias, raw.get(alias), _pydantic_message(error)))
-        raise PolicyError(problems) from err
+            unparsed.add(alias)
+        # Without the fields in error the rest still parses; its cross-field problems are
+        # reported now rather than after the operator has fixed the first ones.
+        try:
+            policy = Policy.model_validate({k: v for k, v in raw.items() if k not in unparsed})
+        except ValidationError:
+            raise PolicyError(problems, unparsed=unparsed) from err
+    problems.extend(_cross_field_problems(policy, raw, unparsed=unparsed))
+    if problems:
+        raise PolicyError(problems, partial=policy, unparsed=unparsed) from cause
+    return policy
 
-    if policy.min_replicas > policy.max_replicas:
+
+def _cross_field_problems(
+    policy: Policy, raw: Mapping[str, Any], *, unparsed: Collection[str]
+) -> list[PolicyProblem]:
+    """Problems between annotations of one LWS, among those that parsed.
+
+    A check that involves an annotation in error is skipped: the default standing in for it
+    is not what the operator wrote.
+    """
+
+    def parsed(*aliases: str) -> bool:
+        return not any(alias in unparsed for alias in aliases)
+
+    problems: list[PolicyProblem] = []
+    if parsed("min-replicas", "max-replicas") and policy.min_replicas > policy.max_replicas:
         problems.append(
             PolicyProblem(
                 PREFIX + "min-replicas",
@@ -235,7 +274,7 @@ def parse_policy(annotations: Mapping[str, str] | None, *, lws_name: str) -> Pol
                 f"is greater than max-replicas ({policy.max_replicas})",
             )
         )
-    if policy.min_buffer > policy.max_buffer:
+    if parsed("min-buffer", "max-buffer") and policy.min_buffer > policy.max_buffer:
         problems.append(
             PolicyProblem(
                 PREFIX + "min-buffer",
@@ -243,7 +282,11 @@ def parse_policy(annotations: Mapping[str, str] | None, *, lws_name: str) -> Pol
                 f"is greater than max-buffer ({policy.max_buffer})",
             )
         )
-    if policy.prefill_decode_ratio is not None and policy.component is Component.UNIFIED:
+    if (
+        parsed("prefill-decode-ratio", "component")
+        and policy.prefill_decode_ratio is not None
+        and policy.component is Component.UNIFIED
+    ):
         problems.append(
             PolicyProblem(
                 PREFIX + "prefill-decode-ratio",
@@ -251,9 +294,7 @@ def parse_policy(annotations: Mapping[str, str] | None, *, lws_name: str) -> Pol
                 "a ratio needs a prefill/decode deployment; this component is unified",
             )
         )
-    if problems:
-        raise PolicyError(problems)
-    return policy
+    return problems
 
 
 def deployment_key(key: ComponentKey, policy: Policy) -> DeploymentKey:
@@ -262,21 +303,31 @@ def deployment_key(key: ComponentKey, policy: Policy) -> DeploymentKey:
 
 def validate_deployment(
     policies: Mapping[ComponentKey, Policy],
+    *,
+    unparsed: Mapping[ComponentKey, Collection[str]] | None = None,
 ) -> dict[ComponentKey, tuple[PolicyProblem, ...]]:
     """Cross-component checks for the components of ONE deployment.
 
     Returns the problems per component (empty dict when the deployment is consistent).
     A deployment is either one unified component, or one prefill and one decode component
-    that agree on the ratio band.
+    that agree on the ratio band. `unparsed` names, per component, annotations that did not
+    parse (`PolicyError.unparsed`; their policies are `PolicyError.partial`): checks that
+    would read one of them leave that component out.
     """
     problems: dict[ComponentKey, list[PolicyProblem]] = {}
 
     def add(key: ComponentKey, annotation: str, value: str | None, message: str) -> None:
         problems.setdefault(key, []).append(PolicyProblem(PREFIX + annotation, value, message))
 
+    def parsed(key: ComponentKey, alias: str) -> bool:
+        return alias not in (unparsed or {}).get(key, ())
+
     by_component: dict[Component, list[ComponentKey]] = {}
     for key, policy in sorted(policies.items()):
-        by_component.setdefault(policy.component, []).append(key)
+        if parsed(key, "component"):
+            by_component.setdefault(policy.component, []).append(key)
+    # a component whose role did not parse may be the one that seems to be missing
+    roles_known = sum(len(keys) for keys in by_component.values()) == len(policies)
 
     for component, keys in by_component.items():
         if len(keys) > 1:
@@ -293,7 +344,11 @@ def validate_deployment(
                 policies[key].component.value,
                 "a deployment is either unified or prefill+decode, not both",
             )
-    elif pd and not (by_component.get(Component.PREFILL) and by_component.get(Component.DECODE)):
+    elif (
+        pd
+        and roles_known
+        and not (by_component.get(Component.PREFILL) and by_component.get(Component.DECODE))
+    ):
         missing = "decode" if by_component.get(Component.PREFILL) else "prefill"
         for key in pd:
             add(
@@ -303,20 +358,22 @@ def validate_deployment(
                 f"no {missing} component found for this deployment",
             )
 
-    ratios = {policies[k].prefill_decode_ratio for k in pd}
+    with_ratio = [k for k in pd if parsed(k, "prefill-decode-ratio")]
+    ratios = {policies[k].prefill_decode_ratio for k in with_ratio}
     if len(ratios) > 1:
         shown = sorted(str(r) for r in ratios)
-        for key in pd:
-            value = policies[key].prefill_decode_ratio
+        for key in with_ratio:
+            band = policies[key].prefill_decode_ratio
             add(
                 key,
                 "prefill-decode-ratio",
-                None if value is None else str(value),
+                None if band is None else band.text or str(band),
                 f"components of one deployment disagree: {shown}",
             )
-    scale_to_zero = {policies[k].min_replicas == 0 for k in pd}
+    with_min = [k for k in pd if parsed(k, "min-replicas")]
+    scale_to_zero = {policies[k].min_replicas == 0 for k in with_min}
     if len(scale_to_zero) > 1:
-        for key in pd:
+        for key in with_min:
             add(
                 key,
                 "min-replicas",

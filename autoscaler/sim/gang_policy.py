@@ -25,10 +25,11 @@ from autoscaler.core.model import (
     NodeCapacity,
     Observations,
 )
-from autoscaler.core.policy import Policy, parse_policy
+from autoscaler.core.policy import PREFIX, Policy, PolicyError, parse_policy
 from autoscaler.core.shape import GangShape, PodShape
 from autoscaler.sim.config import SimSettings
 from autoscaler.sim.controller import Action, Snapshot
+from autoscaler.sim.errors import ConfigError
 from forecasting.models import PLANNING_MODEL, make_forecaster
 from forecasting.protocol import Forecaster
 from forecasting.series import Series
@@ -86,7 +87,21 @@ def default_annotations(
         annotations["max-buffer"] = "1"
         annotations["max-scale-up"] = "1"
     annotations.update(getattr(gang, component))
-    return {f"gang-autoscaler.io/{k}": v for k, v in annotations.items()}
+    return {PREFIX + k: v for k, v in annotations.items()}
+
+
+def _parse_policy(annotations: Mapping[str, str], *, component: str, lws_name: str) -> Policy:
+    """The real parser; its problems name the `gang:` settings an operator would fix."""
+    try:
+        return parse_policy(annotations, lws_name=lws_name)
+    except PolicyError as err:
+        lines = (
+            f"  gang.{component}.{p.annotation.removeprefix(PREFIX)}: {p.detail}"
+            for p in err.problems
+        )
+        raise ConfigError(
+            f"invalid gang policy for the {component} component:\n" + "\n".join(lines)
+        ) from err
 
 
 def _default_forecaster(component: str, step_s: float) -> Forecaster:
@@ -113,10 +128,11 @@ class GangController:
         self.initial = dict(initial)
         self.keys = {c: ComponentKey(NAMESPACE, f"model-{c}") for c in initial}
         self.policies: dict[ComponentKey, Policy] = {
-            key: parse_policy(
+            key: _parse_policy(
                 default_annotations(
                     settings, c, max_gangs=max_gangs[c], target_waiting=target_waiting[c]
                 ),
+                component=c,
                 lws_name=key.lws,
             )
             for c, key in self.keys.items()

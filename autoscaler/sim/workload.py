@@ -19,24 +19,14 @@ import pandas as pd
 from numpy.typing import ArrayLike
 
 from autoscaler.sim.errors import TraceError
+from forecasting.errors import TraceFormatError
+from forecasting.traces import resolve_trace as resolve_shared_trace
 from forecasting.traces import servegen_gaps
 
 logger = logging.getLogger(__name__)
 
 BUILTIN_TRACE = "builtin"
 BUILTIN_PATH = Path(__file__).resolve().parent / "data" / "azure2023_conv_1s.csv.gz"
-
-# Shared trace names -> file names under the shared traces directory.
-SHARED_TRACES: dict[str, str] = {
-    "azure-code": "AzureLLMInferenceTrace_code.csv",
-    "azure-conv": "AzureLLMInferenceTrace_conv.csv",
-    "azure-code-1s": "azure2023_code_1s.csv",
-    "azure-conv-1s": "azure2023_conv_1s.csv",
-    "mooncake": "mooncake_fast25_synthetic_trace.jsonl",
-    "servegen-m-mid": "servegen_m-mid_600s.csv",
-    "servegen-m-small": "servegen_m-small_600s.csv",
-    "servegen-mm-image": "servegen_mm-image_600s.csv",
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,22 +244,14 @@ def scale_requests(workload: Workload, scale: float, *, seed: int) -> Workload:
 
 
 def resolve_trace(name_or_path: str, *, traces_dir: Path | None) -> Path:
-    """A shared trace name, `builtin`, or a path to a trace file."""
+    """`builtin`, a path to a trace file, or a shared trace by either of its names
+    (`forecasting.traces.resolve_trace`, which `backtest` uses too)."""
     if name_or_path == BUILTIN_TRACE:
         return BUILTIN_PATH
-    if name_or_path in SHARED_TRACES:
-        if traces_dir is None:
-            raise TraceError(
-                f"trace {name_or_path!r} is a shared trace; pass --traces-dir (the directory "
-                "holding the shared traces) or set GANG_AUTOSCALER_TRACES"
-            )
-        path = traces_dir / SHARED_TRACES[name_or_path]
-    else:
-        path = Path(name_or_path)
-    if not path.exists():
-        known = ", ".join([BUILTIN_TRACE, *SHARED_TRACES])
-        raise TraceError(f"trace {name_or_path!r}: no such file {path} (known names: {known})")
-    return path
+    try:
+        return resolve_shared_trace(name_or_path, traces_dir=traces_dir)
+    except TraceFormatError as err:
+        raise TraceError(f"{err}; {BUILTIN_TRACE!r} is the trace shipped with the package") from err
 
 
 def load_trace(path: Path, *, seed: int, name: str | None = None) -> Workload:

@@ -92,6 +92,39 @@ def pd(prefill_extra=None, decode_extra=None):
             id="disagreeing-ratio",
         ),
         pytest.param(
+            list(pd({"gang-autoscaler.io/prefill-decode-ratio": "1:2-1:4"},
+                    {"gang-autoscaler.io/prefill-decode-ratio": "1:1"})),
+            "serving/chat-prefill: gang-autoscaler.io/prefill-decode-ratio: components of one "
+            "deployment disagree: ['0.25-0.5 prefill per decode gang', "
+            "'1-1 prefill per decode gang'] (got '1:2-1:4')",
+            id="disagreeing-ratio-quotes-the-annotation",
+        ),
+        # a field in error does not hide the checks between the fields that parsed
+        pytest.param(
+            [("a", {PREFIX + "min-replicas": "4", PREFIX + "max-replicas": "2",
+                    PREFIX + "lead-time": "5"})],
+            "serving/a: gang-autoscaler.io/min-replicas: is greater than max-replicas (2)",
+            id="min-over-max-beside-a-bad-field",
+        ),
+        pytest.param(
+            [("a", {PREFIX + "min-buffer": "3", PREFIX + "max-buffer": "1",
+                    PREFIX + "max-replicas": "x"})],
+            "serving/a: gang-autoscaler.io/min-buffer: is greater than max-buffer (1)",
+            id="buffer-min-over-max-beside-a-bad-field",
+        ),
+        pytest.param(
+            [("a", {PREFIX + "prefill-decode-ratio": "1:2", PREFIX + "forecast": "maybe"})],
+            "serving/a: gang-autoscaler.io/prefill-decode-ratio: a ratio needs a prefill/decode",
+            id="ratio-on-unified-beside-a-bad-field",
+        ),
+        pytest.param(
+            list(pd({PREFIX + "prefill-decode-ratio": "1:2", PREFIX + "lead-time": "soon"},
+                    {PREFIX + "prefill-decode-ratio": "1:1"})),
+            "serving/chat-decode: gang-autoscaler.io/prefill-decode-ratio: components of one "
+            "deployment disagree",
+            id="disagreeing-ratio-beside-a-bad-field",
+        ),
+        pytest.param(
             [("a", {"gang-autoscaler.io/target-kv-cache": "1.5"})],
             "serving/a: gang-autoscaler.io/target-kv-cache: Input should be less than or equal",
             id="kv-over-1",
@@ -114,6 +147,87 @@ def test_check_accepts_a_consistent_pd_deployment(tmp_path, capsys):
     path = manifest(tmp_path, *pd())
     assert main(["check", str(path)]) == 0
     assert capsys.readouterr().out == ""
+
+
+@pytest.mark.parametrize(
+    "partner_extra",
+    [
+        pytest.param({PREFIX + "max-replicas": "x"}, id="bad-field"),
+        pytest.param({PREFIX + "component": "decod"}, id="bad-component"),
+    ],
+)
+def test_a_bad_field_does_not_make_its_component_missing(tmp_path, capsys, partner_extra):
+    path = manifest(tmp_path, *pd(None, partner_extra))
+    assert main(["check", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1, out  # the field itself, not "no decode component found"
+
+
+def test_a_component_whose_deployment_is_in_error_joins_no_deployment(tmp_path, capsys):
+    path = manifest(tmp_path, *pd(None, {PREFIX + "deployment": ""}))
+    assert main(["check", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "serving/chat-decode: gang-autoscaler.io/deployment: String should have" in out
+    # not a deployment of its own, named after the LWS, that lacks a prefill component
+    assert "no prefill component" not in out
+
+
+def test_a_field_in_error_is_not_compared_by_its_default(tmp_path, capsys):
+    # max-replicas did not parse; its default of 10 is not what the operator wrote
+    path = manifest(tmp_path, ("a", {PREFIX + "min-replicas": "50", PREFIX + "max-replicas": "x"}))
+    assert main(["check", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "max-replicas: Input should be a valid integer" in out
+    assert "greater than" not in out
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        pytest.param(
+            "kind:\nmetadata: {name: a}\n",
+            ": document 1: kind: missing or empty",
+            id="empty-kind",
+        ),
+        pytest.param(
+            "kind: List\nitems: [{kind: 3}]\n",
+            ": document 1 item 1: kind: 3 is not a kind name",
+            id="kind-not-a-string",
+        ),
+        pytest.param(
+            "apiVersion: leaderworkerset.x-k8s.io/v1\nkind: LeaderWorkerSet\nmetadata: [a]\n",
+            ": -: metadata: must be a mapping",
+            id="metadata-a-list",
+        ),
+        pytest.param(
+            "apiVersion: leaderworkerset.x-k8s.io/v1\nkind: LeaderWorkerSet\n"
+            "metadata: {name: a, annotations: [b]}\n",
+            ": default/a: metadata.annotations: must be a mapping",
+            id="annotations-a-list",
+        ),
+        pytest.param(
+            "apiVersion: leaderworkerset.x-k8s.io/v1\nkind: LeaderWorkerSet\n"
+            "metadata: {name: a, annotations: {gang-autoscaler.io/enabled: 'true'}}\n"
+            "spec: {leaderWorkerTemplate: [c]}\n",
+            ": default/a: spec.leaderWorkerTemplate: malformed",
+            id="template-a-list",
+        ),
+    ],
+)
+def test_check_reports_malformed_objects_in_one_line(tmp_path, capsys, text, expected):
+    path = tmp_path / "odd.yaml"
+    path.write_text(text)
+    assert main(["check", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith(f"{path}{expected}")
+    assert out.count("\n") == 1
+
+
+def test_check_reports_a_file_that_is_not_utf8(tmp_path, capsys):
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes("kind: LeaderWorkerSet\nmetadata: {name: caf\u00e9}\n".encode("latin-1"))
+    assert main(["check", str(path)]) == 1
+    assert capsys.readouterr().out == f"{path}: -: file: not UTF-8 text: byte 0xe9 at offset 42\n"
 
 
 def test_check_reports_unreadable_files_and_bad_yaml(tmp_path, capsys):

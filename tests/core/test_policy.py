@@ -155,3 +155,46 @@ def test_prefill_without_decode_is_rejected():
     only = {k: v for k, v in pd(None, None).items() if k.lws == "p"}
     problems = validate_deployment(only)
     assert "no decode component" in problems[ComponentKey("ns", "p")][0].message
+
+
+def test_cross_field_problems_are_found_beside_field_errors():
+    with pytest.raises(PolicyError) as caught:
+        parse_policy(
+            annotations(min_replicas="4", max_replicas="2", lead_time="soon"), lws_name="a"
+        )
+    err = caught.value
+    assert [p.annotation for p in err.problems] == [PREFIX + "lead-time", PREFIX + "min-replicas"]
+    assert err.unparsed == {"lead-time"}
+    assert err.partial is not None and err.partial.min_replicas == 4
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        pytest.param({"min_replicas": "50", "max_replicas": "x"}, id="max-in-error"),
+        pytest.param({"min_buffer": "5", "max_buffer": "-1"}, id="max-buffer-in-error"),
+        pytest.param({"component": "encoder", "prefill_decode_ratio": "1:2"}, id="role-in-error"),
+    ],
+)
+def test_a_field_in_error_is_not_checked_by_its_default(fields):
+    with pytest.raises(PolicyError) as caught:
+        parse_policy(annotations(**fields), lws_name="a")
+    assert len(caught.value.problems) == 1
+
+
+def test_a_disagreement_quotes_the_ratio_as_written():
+    problems = validate_deployment(pd("1:4-1:2", "1:1"))
+    assert problems[ComponentKey("ns", "p")][0].value == "1:4-1:2"
+    assert problems[ComponentKey("ns", "d")][0].value == "1:1"
+    # spelled differently, one band still agrees with itself
+    assert validate_deployment(pd("1:2-1:4", "2:8-1:2")) == {}
+
+
+def test_deployment_checks_leave_out_what_did_not_parse():
+    policies = pd("1:2", "1:1")
+    decode = ComponentKey("ns", "d")
+    assert validate_deployment(policies, unparsed={decode: {"prefill-decode-ratio"}}) == {}
+    # a component whose role is unknown may be the one that seems to be missing
+    prefill_only = {k: p for k, p in pd(None, None).items() if k.lws == "p"}
+    prefill_only[decode] = parse_policy(annotations(deployment="chat"), lws_name="d")
+    assert validate_deployment(prefill_only, unparsed={decode: {"component"}}) == {}

@@ -16,7 +16,7 @@ from autoscaler.commands import backtest as backtest_command
 from forecasting.backtest import _smape, run_backtest
 from forecasting.errors import InsufficientHistory, TraceFormatError
 from forecasting.series import Series
-from forecasting.traces import load_trace
+from forecasting.traces import load_trace, resolve_trace
 from tests.forecasting.traces import DAY_WINDOWS, STEP_S, servegen_cut
 from tests.harness.shared_data import shared_data_path
 
@@ -191,6 +191,50 @@ def test_command_scores_the_raw_azure_trace_at_a_short_step(capsys) -> None:
     rows = {line.split()[0]: line.split() for line in out.splitlines()[2:]}
     assert rows["state_space"][-2] == "1.000" and rows["state_space"][-1] == "(default)"
     assert rows["seasonal_envelope"][-3] == "1.000"  # ... (plans capacity)
+
+
+def test_command_reports_the_horizon_it_rounded_up_to(tmp_path: Path, capsys) -> None:
+    frame = pd.read_csv(shared_data_path("traces", "servegen_m-small_600s.csv")).iloc[:576]
+    trace = tmp_path / "cut.csv"
+    frame.to_csv(trace, index=False)
+    out = tmp_path / "report.json"
+    argv = ("--trace", str(trace), "--horizon", "30s", "--model", "state_space")
+    assert run_command(*argv, "--json", str(out)) == 0
+    captured = capsys.readouterr()
+    # 600 s windows: a 30 s horizon is one whole window ahead, and says so
+    assert json.loads(out.read_text())["horizon_s"] == 600
+    assert "horizon 600 s, windows of 600 s" in captured.out
+    assert "horizon 30 s rounded up to 600 s" in captured.err
+
+
+def test_command_refuses_an_unwritable_json_before_running(tmp_path: Path, capsys) -> None:
+    regular_file = tmp_path / "file"
+    regular_file.write_text("")
+    out = regular_file / "report.json"
+    assert run_command("--model", "state_space", "--json", str(out)) == 2
+    captured = capsys.readouterr()
+    assert f"cannot write {out}: Not a directory" in captured.err
+    assert captured.out == ""  # refused before the backtest, which prints its table first
+
+
+@pytest.mark.parametrize(
+    ("name", "file_name"),
+    [
+        pytest.param("servegen_m-small", "servegen_m-small_600s.csv", id="backtest-spelling"),
+        pytest.param("servegen-m-small", "servegen_m-small_600s.csv", id="simulate-spelling"),
+        pytest.param("azure-code", "AzureLLMInferenceTrace_code.csv", id="simulate-request-csv"),
+        pytest.param("azure-code-1s", "azure2023_code_1s.csv", id="simulate-per-second"),
+    ],
+)
+def test_shared_traces_answer_to_both_spellings(name: str, file_name: str) -> None:
+    assert resolve_trace(name, traces_dir=shared_data_path("traces")).name == file_name
+
+
+def test_command_lists_the_trace_names_it_takes(capsys) -> None:
+    assert run_command("--trace", "no-such-trace") == 2
+    err = capsys.readouterr().err
+    for name in ("servegen_m-small", "servegen-m-small", "azure2023_conv", "azure-conv-1s"):
+        assert name in err
 
 
 def test_command_rejects_a_horizon_without_unit() -> None:

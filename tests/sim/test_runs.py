@@ -21,6 +21,7 @@ from autoscaler.sim.workload import (
     load_per_second,
     load_servegen,
     load_trace,
+    resolve_trace,
     scale_requests,
     trace_metadata,
 )
@@ -208,8 +209,72 @@ def test_cli_writes_the_design_json(tmp_path: Path, capsys: pytest.CaptureFixtur
 
 
 def test_cli_refuses_an_unknown_trace(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["simulate", "--trace", "no-such-trace", "--no-progress"]) == 2
-    assert "no-such-trace" in capsys.readouterr().err
+    traces_dir = str(shared_data_path("traces"))
+    argv = ["simulate", "--trace", "no-such-trace", "--traces-dir", traces_dir, "--no-progress"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "no-such-trace" in err
+    # the names it takes, in both spellings
+    for name in (
+        "builtin",
+        "servegen-m-small",
+        "servegen_m-small",
+        "azure-conv-1s",
+        "azure2023_conv",
+    ):
+        assert name in err
+
+
+@pytest.mark.parametrize(
+    ("name", "file_name"),
+    [
+        pytest.param("servegen-m-small", "servegen_m-small_600s.csv", id="simulate-spelling"),
+        pytest.param("servegen_m-small", "servegen_m-small_600s.csv", id="backtest-spelling"),
+        pytest.param("azure-conv", "AzureLLMInferenceTrace_conv.csv", id="simulate-request-csv"),
+        pytest.param("azure2023_conv", "azure2023_conv_1s.csv", id="backtest-per-second"),
+    ],
+)
+def test_shared_traces_answer_to_both_spellings(name: str, file_name: str) -> None:
+    assert resolve_trace(name, traces_dir=shared_data_path("traces")).name == file_name
+
+
+def test_cli_runs_a_trace_named_as_backtest_names_it(capsys: pytest.CaptureFixture[str]) -> None:
+    traces_dir = str(shared_data_path("traces"))
+    argv = ["simulate", "--trace", "azure2023_conv", "--traces-dir", traces_dir]
+    assert main([*argv, "--duration", "5m", "--policy", "static", "--no-progress"]) == 0
+    assert "trace azure2023_conv: " in capsys.readouterr().out
+
+
+def test_cli_names_a_bad_gang_setting(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "sim.yaml"
+    config.write_text('gang: {prefill: {max-bufer: "1", lead-time: "5"}}\n')
+    argv = ["simulate", "--config", str(config), "--duration", "1m", "--no-progress"]
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert "gang.prefill.lead-time: '5' is not a duration" in captured.err
+    assert "gang.prefill.max-bufer: unknown annotation" in captured.err
+    assert captured.out == ""
+
+
+@pytest.mark.parametrize(
+    ("option", "under_a_file"),
+    [
+        pytest.param("--json", "out.json", id="json-under-a-file"),
+        pytest.param("--report", "report", id="report-under-a-file"),
+        pytest.param("--json", "", id="json-is-a-directory"),
+    ],
+)
+def test_cli_refuses_an_unwritable_output_before_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], option: str, under_a_file: str
+) -> None:
+    regular_file = tmp_path / "file"
+    regular_file.write_text("")
+    output = regular_file / under_a_file if under_a_file else tmp_path
+    argv = ["simulate", option, str(output), "--duration", "1m", "--no-progress"]
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert f"cannot write {output}: " in captured.err
+    assert captured.out == ""  # refused before the run, which prints its table first
 
 
 def test_a_unified_deployment_runs_through_the_core() -> None:
