@@ -354,7 +354,10 @@ class BalloonWriter:
             try:
                 await self._core.create_namespaced_pod(namespace, manifest)
             except API_CALL_ERRORS as err:
-                # Never leave part of a balloon gang behind: undo what this pass created.
+                # Never leave part of a balloon gang behind: undo what this pass created,
+                # and the failed member too when no answer came (it may exist).
+                if status_of(err) is None:
+                    created.append(manifest["metadata"]["name"])
                 for pod_name in created:
                     await self._delete(namespace, pod_name)
                 what = manifest["metadata"]["name"]

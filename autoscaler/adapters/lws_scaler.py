@@ -75,6 +75,9 @@ class LwsScaler:
         self._max_attempts = max_attempts
         self._clock = clock
         self._last_written: dict[ComponentKey, int] = {}
+        # A write whose answer was lost (no answer at all, not an error answer): it may have
+        # landed. Until an observation settles it, its value counts as ours too.
+        self._in_doubt: dict[ComponentKey, int] = {}
         self._held_until: dict[ComponentKey, tuple[float, str]] = {}
 
     async def read(self, key: ComponentKey) -> _Scale:
@@ -115,6 +118,7 @@ class LwsScaler:
         self._held_until[key] = (self._clock() + self._foreign_hold_s, detail)
         # The other writer's value is the new baseline; only a change after this is foreign.
         self._last_written.pop(key, None)
+        self._in_doubt.pop(key, None)
 
     def holding(self, key: ComponentKey) -> str | None:
         """Why this component is held after a foreign change, or None."""
@@ -146,22 +150,32 @@ class LwsScaler:
             detail = f"HorizontalPodAutoscaler {key.namespace}/{hpa} targets this LWS"
             return outcome(ScaleResult.OTHER_WRITER, detail)
         last = self._last_written.get(key)
-        if last is not None and last != observed_gangs:
+        doubt = self._in_doubt.get(key)
+        ours = {v for v in (last, doubt) if v is not None}
+        if ours and observed_gangs not in ours:
             # The observation may simply predate our own last write (a watch lags); ask the
             # server before blaming anyone.
             try:
                 fresh = await self.read(key)
             except API_CALL_ERRORS as err:
                 return outcome(ScaleResult.FAILED, f"re-read: {describe(err)}")
-            if fresh.spec_gangs == last:
-                detail = f"observation predates our write of {last} gangs; deciding again"
+            if fresh.spec_gangs in ours:
+                detail = (
+                    f"observation predates our write of {fresh.spec_gangs} gangs; deciding again"
+                )
                 return outcome(ScaleResult.STALE, detail)
             detail = (
-                f"spec.replicas was changed from {last} (our last write) to {fresh.spec_gangs} "
+                f"spec.replicas was changed from {last if last is not None else doubt} (our "
+                f"last write) to {fresh.spec_gangs} "
                 f"by another writer; holding for {self._foreign_hold_s:g}s"
             )
             self._hold(key, detail)
             return outcome(ScaleResult.OTHER_WRITER, detail)
+        if doubt is not None:
+            # The observation settles the lost answer: the write landed, or it did not.
+            del self._in_doubt[key]
+            if observed_gangs == doubt:
+                self._last_written[key] = doubt
         if desired_gangs == observed_gangs:
             return outcome(ScaleResult.UNCHANGED)
 
@@ -182,6 +196,10 @@ class LwsScaler:
                     _content_type=MERGE_PATCH,
                 )
             except API_CALL_ERRORS as err:
+                if status_of(err) is None:
+                    self._in_doubt[key] = desired_gangs
+                    detail = f"{describe(err)}; the write may have landed"
+                    return outcome(ScaleResult.FAILED, detail, conflicts)
                 if status_of(err) != 409:
                     return outcome(ScaleResult.FAILED, describe(err), conflicts)
                 conflicts += 1

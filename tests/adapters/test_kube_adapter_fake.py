@@ -348,6 +348,45 @@ async def test_a_dropped_connection_fails_one_component_and_the_others_are_still
     assert balloon_pods(kube, "llama-prefill") == []
 
 
+async def test_a_balloon_member_created_without_an_answer_is_not_left_behind(kube, adapter):
+    add_gpu_nodes(kube, 6)
+    add_pd(kube)
+    await settle(adapter, kube)
+    state = adapter.snapshot(now_s=time.time())
+    # The first member is created; its answer never arrives.
+    kube.inject_fault(code=0, method="POST", path_contains="/pods", action="drop_answer")
+    plan = GangPlan({DECODE: component_plan(DECODE, current=1, desired=1, balloons=1)})
+    report = await adapter.apply(plan, state, dry_run=False)
+    assert report.components[DECODE].balloons.created_gangs == ()
+    assert balloon_pods(kube, "llama-decode") == []
+
+
+async def test_a_scale_whose_answer_is_lost_is_still_ours_and_not_another_writers(kube, adapter):
+    add_gpu_nodes(kube, 10)
+    add_pd(kube)
+    await settle(adapter, kube)
+
+    async def scale(current: int, desired: int) -> ScaleResult:
+        await settle(adapter, kube)
+        state = adapter.snapshot(now_s=time.time())
+        plan = GangPlan({DECODE: component_plan(DECODE, current=current, desired=desired)})
+        report = await adapter.apply(plan, state, dry_run=False)
+        return report.components[DECODE].scale.result
+
+    assert await scale(1, 2) is ScaleResult.SCALED  # our last write: 2
+    # The server applies the next patch; its answer never arrives.
+    kube.inject_fault(
+        code=0, method="PATCH", path_contains="llama-decode/scale", action="drop_answer"
+    )
+    assert await scale(2, 3) is ScaleResult.FAILED
+    assert spec_replicas(kube, "llama-decode") == 3  # it did land
+
+    # The next tick sees 3 gangs, which is our own write: scaling goes on, nobody is blamed.
+    assert await scale(3, 4) is ScaleResult.SCALED
+    assert spec_replicas(kube, "llama-decode") == 4
+    assert events(kube, "AnotherWriter") == []
+
+
 async def test_a_manual_scale_is_reported_not_fought(kube, adapter, api):
     add_gpu_nodes(kube, 10)
     add_pd(kube)

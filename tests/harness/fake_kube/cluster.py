@@ -480,9 +480,10 @@ class Cluster:
         E.g. `inject_fault(code=409, method="PATCH", path_contains="/scale")` makes the next
         scale patch conflict; `code=429, retry_after_s=1` throttles; `code=500` fails.
         `action="disconnect"` drops the connection instead of answering (`code` unused);
-        `action="stall", stall_s=5` holds it silent for 5 s first.
+        `action="stall", stall_s=5` holds it silent for 5 s first; `action="drop_answer"`
+        carries the request out and then drops the connection before the answer.
         """
-        if action not in ("error", "disconnect", "stall"):
+        if action not in ("error", "disconnect", "stall", "drop_answer"):
             raise ValueError(f"unknown fault action {action!r}")
         self.faults.append(
             Fault(method, path_contains, code, times, retry_after_s, action, stall_s)

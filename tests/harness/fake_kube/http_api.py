@@ -76,6 +76,11 @@ class KubeHttpApi:
         )
         try:
             fault = self.cluster.take_fault(request.method, request.path_qs)
+            if fault is not None and fault.action == "drop_answer":
+                await self._dispatch(request)  # done, and the answer never arrives
+                if request.transport is not None:
+                    request.transport.close()
+                return web.Response(status=500)
             if fault is not None and fault.action != "error":
                 if fault.action == "stall":
                     # Silent until the time is up or the client gives up and hangs up.
