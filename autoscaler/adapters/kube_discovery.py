@@ -68,6 +68,8 @@ def with_defaults(own: Mapping[str, str], defaults: Mapping[str, str]) -> dict[s
             low, high = int(merged[lower]), int(merged[upper])
         except ValueError:
             continue  # the LWS's own value is bad; parsing names it
+        if min(low, high) < 0:
+            continue  # likewise: no default is moved to match a value parsing refuses
         if low > high:
             if set_upper:
                 merged[lower] = str(high)

@@ -10,6 +10,7 @@ Must not import: asyncio, aiohttp, kubernetes_asyncio, prometheus_api_client, st
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -105,7 +106,11 @@ def parse_ratio_band(text: Any) -> RatioBand:
         prefill, decode = float(match.group(1)), float(match.group(2))
         if prefill <= 0 or decode <= 0:
             raise ValueError(f"{text!r}: both sides of a ratio must be positive")
-        fractions.append(prefill / decode)
+        fraction = prefill / decode
+        # 400 digits read as inf, and their ratio as inf or 0: not a band the coupling can use
+        if not (math.isfinite(prefill) and math.isfinite(decode) and 0 < fraction < math.inf):
+            raise ValueError(f"{text!r}: both sides of a ratio must be finite numbers")
+        fractions.append(fraction)
     return RatioBand(low=min(fractions), high=max(fractions), text=str(text))
 
 

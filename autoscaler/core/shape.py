@@ -144,34 +144,44 @@ def _container_amounts(container: Mapping[str, Any]) -> tuple[dict[str, int], di
     return {**limits, **requests}, limits
 
 
+def _max_resources(a: Mapping[str, int], b: Mapping[str, int]) -> dict[str, int]:
+    return {k: max(a.get(k, 0), b.get(k, 0)) for k in {*a, *b}}
+
+
 def pod_resources(pod_spec: Mapping[str, Any]) -> tuple[dict[str, int], dict[str, int]]:
     """Effective pod (requests, limits), as the scheduler and the API server count them.
 
     Per container a missing request defaults to its limit. The pod needs the sum over its
-    containers and sidecars (init containers that keep running), at least the largest other
-    init container, plus the runtime overhead. It is limited on CPU, memory or storage only
+    containers and sidecars (init containers that keep running), at least what any other
+    init container needs with the sidecars started before it, plus the runtime overhead. It is limited on CPU, memory or storage only
     when every container limits it (one unlimited sidecar leaves the pod unlimited); any
     other resource (GPUs, hugepages) is limited at its request, as Kubernetes requires.
     """
-    requests: dict[str, int] = {}
-    limits: dict[str, int] = {}
     limited_in_all: set[str] | None = None
-    init = []
-    members = [(c, True) for c in pod_spec.get("initContainers") or []]
-    members += [(c, False) for c in pod_spec.get("containers") or []]
-    for container, is_init in members:
+    # Init containers run in order; a sidecar (restartPolicy Always) keeps running beside
+    # every later one and the app, so a plain init container needs itself plus the sidecars
+    # started before it.
+    sidecar_req: dict[str, int] = {}
+    sidecar_lim: dict[str, int] = {}
+    init_req: dict[str, int] = {}
+    init_lim: dict[str, int] = {}
+    for container in pod_spec.get("initContainers") or []:
         req, lim = _container_amounts(container)
         limited_in_all = set(lim) if limited_in_all is None else limited_in_all & set(lim)
-        if is_init and container.get("restartPolicy") != "Always":
-            init.append((req, lim))  # runs to completion before the others start
+        if container.get("restartPolicy") == "Always":
+            sidecar_req = add_resources(sidecar_req, req)
+            sidecar_lim = add_resources(sidecar_lim, lim)
             continue
+        init_req = _max_resources(init_req, add_resources(req, sidecar_req))
+        init_lim = _max_resources(init_lim, add_resources(lim, sidecar_lim))
+    requests, limits = sidecar_req, sidecar_lim
+    for container in pod_spec.get("containers") or []:
+        req, lim = _container_amounts(container)
+        limited_in_all = set(lim) if limited_in_all is None else limited_in_all & set(lim)
         requests = add_resources(requests, req)
         limits = add_resources(limits, lim)
-    for req, lim in init:
-        for k, v in req.items():
-            requests[k] = max(requests.get(k, 0), v)
-        for k, v in lim.items():
-            limits[k] = max(limits.get(k, 0), v)
+    requests = _max_resources(requests, init_req)
+    limits = _max_resources(limits, init_lim)
     for k, v in (pod_spec.get("overhead") or {}).items():
         amount = parse_quantity(k, v)
         requests[k] = requests.get(k, 0) + amount

@@ -110,17 +110,22 @@ DECODE = ComponentKey("serving", "llama-decode")
         pytest.param({"gang-autoscaler.io/min-buffer": "5"}, (5, 5), id="lws-raises-the-minimum"),
         pytest.param(
             {"gang-autoscaler.io/min-buffer": "3", "gang-autoscaler.io/max-buffer": "2"},
-            None,
+            ["gang-autoscaler.io/min-buffer"],
             id="the-lws-own-contradiction-is-still-a-problem",
+        ),
+        pytest.param(
+            {"gang-autoscaler.io/max-buffer": "-1"},
+            ["gang-autoscaler.io/max-buffer"],
+            id="a-bad-bound-is-named-alone-not-with-the-default-moved-to-match",
         ),
     ],
 )
 def test_an_operator_default_yields_to_the_other_bound_the_lws_sets(own, expected):
     defaults = {"gang-autoscaler.io/min-buffer": "1", "gang-autoscaler.io/max-buffer": "4"}
     found = discover(_pd(decode_extra=own), default_annotations=defaults)[DECODE]
-    if expected is None:
+    if isinstance(expected, list):
         assert found.policy is None
-        assert [p.annotation for p in found.problems] == ["gang-autoscaler.io/min-buffer"]
+        assert [p.annotation for p in found.problems] == expected
     else:
         assert found.problems == ()
         assert (found.policy.min_buffer, found.policy.max_buffer) == expected

@@ -92,6 +92,18 @@ def test_ratio_band_is_prefill_per_decode():
         ),
         pytest.param({"lead_time": "9" * 400 + "s"}, "lead-time", "finite", id="huge-duration"),
         pytest.param(
+            {"component": "prefill", "prefill_decode_ratio": "9" * 400 + ":1"},
+            "prefill-decode-ratio",
+            "finite",
+            id="ratio-overflows",
+        ),
+        pytest.param(
+            {"component": "prefill", "prefill_decode_ratio": "1:" + "9" * 400},
+            "prefill-decode-ratio",
+            "finite",
+            id="ratio-underflows-to-zero",
+        ),
+        pytest.param(
             {"prefill_decode_ratio": "1:2"}, "prefill-decode-ratio", "unified", id="ratio-unified"
         ),
         pytest.param(

@@ -116,6 +116,18 @@ def _container(requests=None, limits=None, **extra):
             {},
             id="largest-init-container-native-sidecar-adds-overhead-adds",
         ),
+        pytest.param(
+            {
+                "initContainers": [
+                    _container(requests={"cpu": "1"}, restartPolicy="Always"),
+                    _container(requests={"cpu": "16"}),
+                ],
+                "containers": [_container(requests={"cpu": "4"})],
+            },
+            {"cpu": 17000},
+            {},
+            id="an-init-container-runs-beside-the-sidecars-started-before-it",
+        ),
     ],
 )
 def test_pod_resources_count_as_kubernetes_does(spec, requests, limits):
