@@ -153,9 +153,10 @@ def pod_resources(pod_spec: Mapping[str, Any]) -> tuple[dict[str, int], dict[str
 
     Per container a missing request defaults to its limit. The pod needs the sum over its
     containers and sidecars (init containers that keep running), at least what any other
-    init container needs with the sidecars started before it, plus the runtime overhead. It is limited on CPU, memory or storage only
-    when every container limits it (one unlimited sidecar leaves the pod unlimited); any
-    other resource (GPUs, hugepages) is limited at its request, as Kubernetes requires.
+    init container needs with the sidecars started before it, plus the runtime overhead.
+    It is limited on CPU, memory or storage only when every container limits it (one
+    unlimited sidecar leaves the pod unlimited); any other resource (GPUs, hugepages) is
+    limited at its request, as Kubernetes requires.
     """
     limited_in_all: set[str] | None = None
     # Init containers run in order; a sidecar (restartPolicy Always) keeps running beside
