@@ -18,6 +18,7 @@ measures (the convention of `forecasting.series`).
 from __future__ import annotations
 
 import csv
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +32,7 @@ SERVEGEN_COLUMNS = ("t_seconds", "requests_per_s")
 AZURE_1S_COLUMNS = ("t_seconds", "requests")
 AZURE_RAW_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 TRACE_SUFFIXES = ("", ".csv", "_600s.csv", "_1s.csv", ".jsonl")
+TRACES_ENV = "GANG_AUTOSCALER_TRACES"
 
 # The shared traces by the names the commands document -> their files in the traces
 # directory. Every file there also answers to its short name, the stem without `_600s` or
@@ -56,7 +58,9 @@ class Trace:
 
 
 def default_traces_dir() -> Path:
-    """`shared/data/traces` beside the repository checkout."""
+    """$GANG_AUTOSCALER_TRACES, else `shared/data/traces` beside the repository checkout."""
+    if os.environ.get(TRACES_ENV):
+        return Path(os.environ[TRACES_ENV])
     return Path(__file__).resolve().parents[1].parent / "shared" / "data" / "traces"
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from autoscaler.commands.arg_types import positive_duration_s
-from autoscaler.commands.output_paths import ensure_writable_file
+from autoscaler.commands.output_paths import EXIT_BAD_INPUT, cannot_write, ensure_writable_file
 from forecasting.backtest import BacktestReport, run_backtest
 from forecasting.errors import ForecastingError
 from forecasting.grid import DEFAULT_STEP_S
@@ -22,7 +22,6 @@ from forecasting.models import MODELS, PLANNING_MODEL
 from forecasting.traces import default_traces_dir, load_trace
 
 DEFAULT_TRACE = "servegen_m-small"
-EXIT_BAD_INPUT = 2
 # the model the autoscaler orders capacity from, biased upwards on purpose
 MARKERS = {PLANNING_MODEL: " (plans capacity)"}
 
@@ -82,7 +81,7 @@ def _backtest(args: argparse.Namespace) -> int:
         try:
             ensure_writable_file(args.json)
         except OSError as err:
-            return _cannot_write(args.json, err)
+            return cannot_write("backtest", args.json, err)
     try:
         trace = load_trace(args.trace)
         step_s = args.step or max(DEFAULT_STEP_S, trace.native_step_s)
@@ -108,13 +107,8 @@ def _backtest(args: argparse.Namespace) -> int:
         try:
             args.json.write_text(json.dumps(report.contract_json(), indent=2) + "\n")
         except OSError as err:
-            return _cannot_write(args.json, err)
+            return cannot_write("backtest", args.json, err)
     return 0
-
-
-def _cannot_write(path: Path, err: OSError) -> int:
-    print(f"gang-autoscaler backtest: cannot write {path}: {err.strerror or err}", file=sys.stderr)
-    return EXIT_BAD_INPUT
 
 
 def format_table(report: BacktestReport) -> str:

@@ -9,8 +9,17 @@ from __future__ import annotations
 
 import errno
 import os
+import sys
 import tempfile
 from pathlib import Path
+
+EXIT_BAD_INPUT = 2
+
+
+def cannot_write(command: str, path: Path, err: OSError) -> int:
+    """Say that `path` cannot be written, on stderr; the exit code of a bad input."""
+    print(f"gang-autoscaler {command}: cannot write {path}: {err.strerror or err}", file=sys.stderr)
+    return EXIT_BAD_INPUT
 
 
 def ensure_writable_file(path: Path) -> None:

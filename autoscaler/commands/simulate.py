@@ -7,29 +7,23 @@ writes the DESIGN.md section 8 document and `--report DIR` the CSV, plots and re
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from autoscaler.commands.arg_types import positive_duration_s
-from autoscaler.commands.output_paths import ensure_writable_directory, ensure_writable_file
+from autoscaler.commands.output_paths import (
+    EXIT_BAD_INPUT,
+    cannot_write,
+    ensure_writable_directory,
+    ensure_writable_file,
+)
 from autoscaler.sim.config import load_settings
 from autoscaler.sim.errors import SimulationError
 from autoscaler.sim.report import table, uses_table, write_json, write_report
 from autoscaler.sim.runner import POLICIES, compare, load_workload
 from autoscaler.sim.workload import BUILTIN_TRACE, resolve_trace
 from forecasting import traces
-
-EXIT_BAD_INPUT = 2
-TRACES_ENV = "GANG_AUTOSCALER_TRACES"
-
-
-def default_traces_dir() -> Path:
-    """$GANG_AUTOSCALER_TRACES, else `shared/data/traces` beside the repository checkout."""
-    if os.environ.get(TRACES_ENV):
-        return Path(os.environ[TRACES_ENV])
-    return traces.default_traces_dir()
 
 
 def _positive(text: str) -> float:
@@ -94,7 +88,8 @@ def add_parser(subparsers: Any) -> None:
         "--traces-dir",
         type=Path,
         default=None,
-        help=f"directory of the shared traces (default ${TRACES_ENV} or ../shared/data/traces)",
+        help=f"directory of the shared traces (default ${traces.TRACES_ENV} or "
+        "../shared/data/traces)",
     )
     progress = parser.add_mutually_exclusive_group()
     progress.add_argument(
@@ -107,7 +102,7 @@ def add_parser(subparsers: Any) -> None:
 def _simulate(args: argparse.Namespace) -> int:
     try:
         settings = load_settings(args.config, seed=args.seed, mode=args.mode, step_s=args.step)
-        path = resolve_trace(args.trace, traces_dir=args.traces_dir or default_traces_dir())
+        path = resolve_trace(args.trace, traces_dir=args.traces_dir or traces.default_traces_dir())
         # a trace named is reported by that name, a file by its file name
         name = path.name if path == Path(args.trace) else args.trace
     except SimulationError as err:
@@ -122,7 +117,7 @@ def _simulate(args: argparse.Namespace) -> int:
             try:
                 ensure_writable(output)
             except OSError as err:
-                return _cannot_write(output, err)
+                return cannot_write("simulate", output, err)
     try:
         workload, scale = load_workload(path, settings, scale=args.scale, name=name)
         if args.duration is not None:
@@ -151,17 +146,12 @@ def _simulate(args: argparse.Namespace) -> int:
         try:
             write_json(comparison, args.json)
         except OSError as err:
-            return _cannot_write(args.json, err)
+            return cannot_write("simulate", args.json, err)
     if args.report is not None:
         try:
             written = write_report(comparison, args.report)
         except OSError as err:
-            return _cannot_write(args.report, err)
+            return cannot_write("simulate", args.report, err)
         for written_file in written:
             print(f"wrote {written_file}", file=sys.stderr)
     return 0
-
-
-def _cannot_write(path: Path, err: OSError) -> int:
-    print(f"gang-autoscaler simulate: cannot write {path}: {err.strerror or err}", file=sys.stderr)
-    return EXIT_BAD_INPUT

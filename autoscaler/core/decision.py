@@ -189,12 +189,10 @@ def _draft(
                 Reason.SCALE_DOWN_STABILIZED,
                 f"highest proposal in the last {policy.scale_down_window_s:g}s",
             )
-        history = (*history, (now, draft.need))
-    else:
-        # A hold is remembered as a proposal of the current count: after an outage longer
-        # than the window, the first reading must not find the window empty and drop every
-        # gang the load no longer seems to need in one tick.
-        history = (*history, (now, current))
+    # Every tick is remembered, a hold too (its need is the current count): after an outage
+    # longer than the window, the first reading must not find the window empty and drop
+    # every gang the load no longer seems to need in one tick.
+    history = (*history, (now, draft.need))
     limited = limit_scale_up(draft.gangs, current_gangs=current, max_scale_up=policy.max_scale_up)
     if limited != draft.gangs:
         draft.step(
