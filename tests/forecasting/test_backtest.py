@@ -224,6 +224,7 @@ def test_command_refuses_an_unwritable_json_before_running(tmp_path: Path, capsy
         pytest.param("servegen-m-small", "servegen_m-small_600s.csv", id="simulate-spelling"),
         pytest.param("azure-code", "AzureLLMInferenceTrace_code.csv", id="simulate-request-csv"),
         pytest.param("azure-code-1s", "azure2023_code_1s.csv", id="simulate-per-second"),
+        pytest.param("azure2023_conv", "azure2023_conv_1s.csv", id="backtest-per-second"),
     ],
 )
 def test_shared_traces_answer_to_both_spellings(name: str, file_name: str) -> None:

@@ -21,7 +21,6 @@ from autoscaler.sim.workload import (
     load_per_second,
     load_servegen,
     load_trace,
-    resolve_trace,
     scale_requests,
     trace_metadata,
 )
@@ -223,19 +222,6 @@ def test_cli_refuses_an_unknown_trace(capsys: pytest.CaptureFixture[str]) -> Non
         "azure2023_conv",
     ):
         assert name in err
-
-
-@pytest.mark.parametrize(
-    ("name", "file_name"),
-    [
-        pytest.param("servegen-m-small", "servegen_m-small_600s.csv", id="simulate-spelling"),
-        pytest.param("servegen_m-small", "servegen_m-small_600s.csv", id="backtest-spelling"),
-        pytest.param("azure-conv", "AzureLLMInferenceTrace_conv.csv", id="simulate-request-csv"),
-        pytest.param("azure2023_conv", "azure2023_conv_1s.csv", id="backtest-per-second"),
-    ],
-)
-def test_shared_traces_answer_to_both_spellings(name: str, file_name: str) -> None:
-    assert resolve_trace(name, traces_dir=shared_data_path("traces")).name == file_name
 
 
 def test_cli_runs_a_trace_named_as_backtest_names_it(capsys: pytest.CaptureFixture[str]) -> None:
