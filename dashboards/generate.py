@@ -476,6 +476,21 @@ def controller_dashboard() -> dict[str, Any]:
             unit="ops",
             grid=(12, 24, 12, 8),
         ),
+        timeseries(
+            9,
+            "Watch caches failing",
+            "How long each watch cache (leaderworkersets, pods, nodes) has failed to list and "
+            "watch; 0 is healthy. Past the watch staleness limit (60 s by default) every "
+            "component holds and nothing is written.",
+            [
+                (
+                    "max by (instance, cache) (gang_autoscaler_watch_failing_seconds)",
+                    "{{instance}} {{cache}}",
+                )
+            ],
+            unit="s",
+            grid=(0, 32, 12, 8),
+        ),
     ]
     return dashboard(
         "gang-autoscaler-controller",

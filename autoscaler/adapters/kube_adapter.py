@@ -4,6 +4,7 @@
     await adapter.start()                 # caches synced, PriorityClass checked
     await adapter.repair_balloons()       # once, after winning the Lease
     state = adapter.snapshot(now_s=time.time())
+    adapter.stale_view(limit_s=60)        # None, or why the caches cannot be trusted
     plan, memory = core.plan(state.observations(signals), state.policies, ...)
     report = await adapter.apply(plan, state, dry_run=False)
 
@@ -96,6 +97,18 @@ class KubeAdapter:
             errors = {c.name: c.last_error for c in self.caches if c.last_error}
             raise KubeAdapterError(f"caches {unsynced} did not sync: {errors}") from err
 
+    def stale_view(self, *, limit_s: float) -> str | None:
+        """Why the snapshot cannot be trusted, or None: each cache whose listing and watching
+        have failed for longer than `limit_s`. The text is stable while the failure lasts (it
+        names the limit, not the growing age), so an Event made of it is bumped, not repeated."""
+        stale = [
+            f"{cache.name}: list and watch failing for more than {limit_s:g}s "
+            f"(last error: {cache.last_error})"
+            for cache in self.caches
+            if cache.failing_for_s() > limit_s
+        ]
+        return "; ".join(stale) or None
+
     async def ensure_priority_class(self) -> str:
         """Create the balloon PriorityClass if needed (call once as leader)."""
         self.priority_class_status = await ensure_priority_class(self._api_client)
@@ -120,6 +133,9 @@ class KubeAdapter:
 
     async def apply(self, plan: GangPlan, state: KubeState, *, dry_run: bool) -> ApplyReport:
         return await self.actuator.apply(plan, state, dry_run=dry_run)
+
+    async def report_holds(self, plan: GangPlan, state: KubeState, *, dry_run: bool) -> ApplyReport:
+        return await self.actuator.report_holds(plan, state, dry_run=dry_run)
 
     async def close(self) -> None:
         for task in self._tasks:

@@ -34,6 +34,7 @@ from autoscaler.adapters.kube_errors import (
     KubeApiError,
     NotLeader,
     describe,
+    status_message,
     status_of,
 )
 from autoscaler.adapters.kube_events import NORMAL, WARNING, EventRecorder, ObjectRef, camel_reason
@@ -158,6 +159,33 @@ class Actuator:
         if balloon_pods is not None:
             orphans = await self._delete_orphans(state, balloon_pods, dry_run=dry_run)
         return ApplyReport(components=out, orphan_balloons_deleted=orphans)
+
+    async def report_holds(
+        self, gang_plan: GangPlan, state: KubeState, *, dry_run: bool
+    ) -> ApplyReport:
+        """The pass for a plan that holds everything because the view of the cluster cannot
+        be trusted: no scale, no balloon and no orphan write (each would act on what may no
+        longer be true), only a Warning Event per component saying why."""
+        self._check_leader()
+        out: dict[ComponentKey, ComponentApplied] = {}
+        for key, plan in sorted(gang_plan.components.items()):
+            comp = state.components.get(key)
+            if comp is None:
+                continue
+            notes: list[str] = []
+            if not dry_run:
+                await self._event(
+                    ObjectRef(key.namespace, key.lws, comp.discovered.uid),
+                    notes,
+                    type_=WARNING,
+                    reason=camel_reason(plan.reason.value),
+                    message=(
+                        f"holding at {plan.current_gangs} gangs, balloon gangs untouched: "
+                        f"{plan.detail}"
+                    ),
+                )
+            out[key] = ComponentApplied(key, dry_run, events=tuple(notes))
+        return ApplyReport(components=out)
 
     async def _apply_one(
         self,
@@ -346,7 +374,7 @@ class Actuator:
 async def _items(response: Any) -> list[dict[str, Any]]:
     try:
         if not 200 <= response.status <= 299:
-            raise ApiException(status=response.status, reason=await response.text())
+            raise ApiException(status=response.status, reason=status_message(await response.read()))
         body = await response.json()
     finally:
         response.release()

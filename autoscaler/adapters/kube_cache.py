@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -18,7 +19,7 @@ import aiohttp
 from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.watch import Watch
 
-from autoscaler.adapters.kube_errors import KubeApiError
+from autoscaler.adapters.kube_errors import KubeApiError, describe, status_message
 from autoscaler.adapters.kube_objects import Obj
 
 log = logging.getLogger(__name__)
@@ -26,6 +27,9 @@ log = logging.getLogger(__name__)
 ListCall = Callable[..., Awaitable[Any]]
 
 _CONNECT_TIMEOUT_S = 30.0
+# Retries after consecutive failures back off to this (client-go's reflector caps at 30 s):
+# an API server that is down is not asked again every second by every cache.
+_MAX_RETRY_DELAY_S = 30.0
 
 
 def _key(obj: Obj) -> tuple[str, str]:
@@ -50,6 +54,7 @@ class WatchCache:
         retry_delay_s: float = 1.0,
         label_selector: str | None = None,
         read_grace_s: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._list_call = list_call
         self.name = name
@@ -68,6 +73,10 @@ class WatchCache:
         # How often the cache listed from scratch; a rise means watches are failing.
         self.lists = 0
         self.last_error: str | None = None
+        self._clock = clock
+        # When listing or watching started failing, on `clock`; None while it works.
+        self._failing_since: float | None = None
+        self._failures = 0  # consecutive
         self._changed = asyncio.Condition()
 
     def items(self) -> list[dict[str, Any]]:
@@ -75,6 +84,28 @@ class WatchCache:
 
     def get(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self._objects.get((namespace, name))
+
+    def failing_for_s(self) -> float:
+        """How long listing and watching have failed without a success in between (0 while
+        they work). The objects are as old as that: nothing has been heard since."""
+        if self._failing_since is None:
+            return 0.0
+        return max(0.0, self._clock() - self._failing_since)
+
+    def _failed(self, error: str) -> float:
+        """Record a failure; returns how long to wait before trying again."""
+        self.last_error = error
+        self._failures += 1
+        if self._failing_since is None:
+            self._failing_since = self._clock()
+        backoff_s = self._retry_delay_s * 2.0 ** (self._failures - 1)
+        return min(backoff_s, _MAX_RETRY_DELAY_S)
+
+    def _heard(self) -> None:
+        if self._failing_since is not None:
+            log.info("%s cache is current again", self.name)
+        self._failing_since = None
+        self._failures = 0
 
     async def _list(self) -> None:
         response = await self._list_call(
@@ -84,7 +115,7 @@ class WatchCache:
             body = await response.read()
             if not 200 <= response.status <= 299:
                 raise KubeApiError(
-                    f"listing {self.name}: HTTP {response.status} {body[:200]!r}",
+                    f"listing {self.name}: HTTP {response.status}: {status_message(body)}",
                     status=response.status,
                 )
         finally:
@@ -93,6 +124,7 @@ class WatchCache:
         self._objects = {_key(obj): obj for obj in data.get("items") or []}
         self.resource_version = (data.get("metadata") or {}).get("resourceVersion")
         self.lists += 1
+        self._heard()
         self.synced.set()
         await self._notify()
 
@@ -124,6 +156,7 @@ class WatchCache:
                 elif kind == "DELETED":
                     self._objects.pop(_key(obj), None)
                 # BOOKMARK carries only a resourceVersion, which Watch records for us.
+                self._heard()
                 if watch.resource_version:
                     self.resource_version = watch.resource_version
                 await self._notify()
@@ -144,14 +177,18 @@ class WatchCache:
                 raise
             except ApiException as err:
                 need_list = True
-                self.last_error = f"{err.status} {err.reason}"
                 if err.status == 410:
                     log.info("%s watch expired (410 Gone); listing again", self.name)
                     continue
-                log.warning("%s watch failed: %s; listing again", self.name, self.last_error)
-                await asyncio.sleep(self._retry_delay_s)
+                delay_s = self._failed(f"{err.status} {err.reason}")
+                log.warning(
+                    "%s watch failed: %s; listing again in %gs", self.name, self.last_error, delay_s
+                )
+                await asyncio.sleep(delay_s)
             except Exception as err:  # the connection, the server, or the body failed
                 need_list = True
-                self.last_error = repr(err)
-                log.warning("%s cache failed: %r; listing again", self.name, err)
-                await asyncio.sleep(self._retry_delay_s)
+                delay_s = self._failed(str(err) if isinstance(err, KubeApiError) else describe(err))
+                log.warning(
+                    "%s cache failed: %s; listing again in %gs", self.name, self.last_error, delay_s
+                )
+                await asyncio.sleep(delay_s)

@@ -6,6 +6,8 @@ that caused it, so the service can hold one component and carry on with the othe
 
 from __future__ import annotations
 
+import json
+
 import aiohttp
 from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -26,6 +28,17 @@ def describe(err: Exception) -> str:
         return f"{err.status} {err.reason}"
     detail = str(err)
     return f"no answer ({type(err).__name__}{': ' + detail if detail else ''})"
+
+
+def status_message(body: bytes) -> str:
+    """The `message` of an API server's Status answer (e.g. RBAC's "pods is forbidden: User
+    ... cannot list resource ..."), else the start of the body: one readable line for an
+    answer read without the client's own error handling (`_preload_content=False`)."""
+    try:
+        message = json.loads(body).get("message")
+    except (ValueError, AttributeError):
+        message = None
+    return str(message)[:300] if message else repr(body[:200])
 
 
 class KubeAdapterError(Exception):

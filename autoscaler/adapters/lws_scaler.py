@@ -25,7 +25,7 @@ from typing import Any
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from autoscaler.adapters.kube_errors import API_CALL_ERRORS, describe, status_of
+from autoscaler.adapters.kube_errors import API_CALL_ERRORS, describe, status_message, status_of
 from autoscaler.adapters.kube_objects import LWS_GROUP, LWS_KIND, LWS_PLURAL, LWS_VERSION
 from autoscaler.core.model import ComponentKey
 
@@ -100,7 +100,7 @@ class LwsScaler:
                 if hpas.status == 404:
                     return None
                 if not 200 <= hpas.status <= 299:
-                    raise ApiException(status=hpas.status, reason=await hpas.text())
+                    raise ApiException(status=hpas.status, reason=status_message(await hpas.read()))
                 body = await hpas.json()
             finally:
                 hpas.release()

@@ -86,6 +86,33 @@ def _held(
     )
 
 
+def hold_every_component(
+    observations: Observations,
+    policies: Mapping[ComponentKey, Policy],
+    memory: Memory,
+    *,
+    now: float,
+    reason: Reason,
+    detail: str,
+) -> tuple[GangPlan, Memory]:
+    """Hold every component at its current gangs and balloon gangs, for a reason that
+    concerns the whole view (the cluster view cannot be trusted). Each hold is remembered in
+    the component's scale-down window, as a tick without data is: when the view comes back,
+    the first reading must not find the window empty and drop every gang at once."""
+    plans: dict[ComponentKey, ComponentPlan] = {}
+    memories = dict(memory.components)
+    for key, obs in observations.components.items():
+        previous = memory.of(key)
+        plans[key], _ = _held(obs, reason, detail, previous)
+        policy = policies.get(key)
+        if policy is not None:
+            history = prune_proposals(
+                previous.proposals, window_s=policy.scale_down_window_s, now=now
+            )
+            memories[key] = replace(previous, proposals=(*history, (now, obs.spec_gangs)))
+    return GangPlan(components=plans), Memory(components=memories)
+
+
 def _draft(
     obs: ComponentObservation,
     policy: Policy,

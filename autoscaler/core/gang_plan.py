@@ -28,6 +28,7 @@ class Reason(enum.StrEnum):
     HOLD_MISSING_DATA = "hold_missing_data"
     HOLD_POLICY_ERROR = "hold_policy_error"
     HOLD_GANGS_STARTING = "hold_gangs_starting"
+    HOLD_STALE_VIEW = "hold_stale_view"
     # forecast
     FORECAST_FLOOR = "forecast_floor"
     # stabilization and limits

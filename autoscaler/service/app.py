@@ -180,6 +180,7 @@ class Service:
             on_became_leader=self._became_leader,
             dry_run=settings.dry_run,
             deadline_s=self.deadline_s,
+            watch_staleness_limit_s=settings.watch_staleness_limit_s,
             clock=clock,
         )
         self.http = HttpServer(self, host=http_host, port=settings.http_port)
@@ -291,9 +292,19 @@ class Service:
 
     def readiness(self) -> Probe:
         synced = {c.name: c.synced.is_set() for c in self.kube.caches}
+        failing = {c.name: round(c.failing_for_s(), 3) for c in self.kube.caches}
+        stale = self.kube.stale_view(limit_s=self.settings.watch_staleness_limit_s)
         role = "dry-run" if self.settings.dry_run else ("leader" if self.is_leader() else "standby")
-        ok = all(synced.values()) and not self._stopping
-        return Probe(ok, {"caches_synced": synced, "role": role, "identity": self.identity})
+        ok = all(synced.values()) and stale is None and not self._stopping
+        details = {
+            "caches_synced": synced,
+            "caches_failing_s": failing,
+            "role": role,
+            "identity": self.identity,
+        }
+        if stale is not None:
+            details["stale"] = stale
+        return Probe(ok, details)
 
     def metrics_exposition(self) -> tuple[bytes, str]:
         return self.metrics.exposition()

@@ -28,6 +28,7 @@ from autoscaler.adapters.kube_state import KubeState
 from autoscaler.adapters.lws_scaler import ScaleResult
 from autoscaler.adapters.prometheus_restore import CapacityIdentity
 from autoscaler.adapters.prometheus_source import ComponentTarget, PrometheusSource
+from autoscaler.core.decision import hold_every_component
 from autoscaler.core.decision import plan as plan_gangs
 from autoscaler.core.gang_plan import (
     ComponentMemory,
@@ -176,6 +177,7 @@ class ControlLoop:
         on_became_leader: Callable[[float], Awaitable[None]],
         dry_run: bool,
         deadline_s: float,
+        watch_staleness_limit_s: float = 60.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._kube = kube
@@ -187,6 +189,7 @@ class ControlLoop:
         self._on_became_leader = on_became_leader
         self.dry_run = dry_run
         self.deadline_s = deadline_s
+        self.watch_staleness_limit_s = watch_staleness_limit_s
         self._clock = clock
         self.memory = Memory()
         self.ticks = 0
@@ -198,6 +201,8 @@ class ControlLoop:
         self._reported: dict[ComponentKey, ComponentLabels] = {}
         self._last_logged: dict[ComponentKey, tuple[object, ...]] = {}
         self._policy_problems_seen: set[tuple[ComponentKey, str | None, str]] = set()
+        # Components told (by Event) that they hold on a stale cluster view, this episode.
+        self._told_stale: set[ComponentKey] = set()
 
     async def tick(self) -> TickRecord:
         """Run one tick; never raises except CancelledError (a shutdown)."""
@@ -266,11 +271,27 @@ class ControlLoop:
             self._reported.clear()
         self._acting = leader
         self._metrics.set_leader(leader and not self.dry_run)
+        # `KubeState.policies` builds a new dict on every access: read it once per tick.
+        policies = state.policies
+        self._metrics.observe_watch_caches(
+            {cache.name: cache.failing_for_s() for cache in self._kube.caches}
+        )
+        stale = self._kube.stale_view(limit_s=self.watch_staleness_limit_s)
+        if stale is not None:
+            await self._hold_on_stale_view(
+                state,
+                policies,
+                f"cluster view is stale: {stale}",
+                now_s,
+                leader=leader,
+                parts=parts,
+                errors=errors,
+            )
+            return
+        self._told_stale.clear()
 
         # observe: a fixed set of Prometheus queries for every component at once
         parts["phase"] = "observe"
-        # `KubeState.policies` builds a new dict on every access: read it once per tick.
-        policies = state.policies
         kinds = {key: policy.component for key, policy in policies.items()}
         targets = [
             ComponentTarget(
@@ -359,6 +380,49 @@ class ControlLoop:
         self._report(
             state, signals, forecasts, gang_plan, applied, identities=identities, leader=leader
         )
+
+    async def _hold_on_stale_view(
+        self,
+        state: KubeState,
+        policies: Mapping[ComponentKey, Policy],
+        detail: str,
+        now_s: float,
+        *,
+        leader: bool,
+        parts: dict[str, object],
+        errors: list[str],
+    ) -> None:
+        """The tick when a watch cache has been failing past the limit: what it says about
+        gangs, pods and nodes may no longer be true, so nothing is observed, planned on or
+        written. Every component holds, the hold is remembered in its scale-down window, and
+        each is told once per episode by a Warning Event (not once per tick: the API server
+        may be what is struggling)."""
+        self._metrics.count_error("stale_view")
+        errors.append(detail)
+        log.warning("tick %d: %s; holding every component, writing nothing", self.ticks, detail)
+        parts["phase"] = "plan"
+        observations = state.observations({})
+        self.memory = seed_memory(self.memory, observations, now_s=now_s)
+        gang_plan, self.memory = hold_every_component(
+            observations,
+            policies,
+            self.memory,
+            now=now_s,
+            reason=Reason.HOLD_STALE_VIEW,
+            detail=detail,
+        )
+        parts["plan"] = gang_plan
+        applied: ApplyReport | None = None
+        if leader:
+            parts["phase"] = "act"
+            untold = {k: p for k, p in gang_plan.components.items() if k not in self._told_stale}
+            applied = await self._kube.report_holds(
+                GangPlan(components=untold), state, dry_run=self.dry_run
+            )
+            self._told_stale.update(untold)
+            parts["applied"] = applied
+        parts["phase"] = "report"
+        self._report(state, {}, {}, gang_plan, applied, identities={}, leader=leader)
 
     # -- report ---------------------------------------------------------------------------
 

@@ -5,7 +5,8 @@
   loop), 503 when it has stalled. Kubernetes restarts the pod on a failing liveness probe,
   so a missing dependency must not fail it.
 - `/readyz`: 200 once the watch caches have synced and the instance is either the leader or
-  a standby ready to take over; 503 before that and while shutting down.
+  a standby ready to take over; 503 before that, while a cache has failed to list and watch
+  for longer than the watch staleness limit, and while shutting down.
 - `/metrics`: the service's own Prometheus metrics.
 - `/decisions`: the last tick's plans with their inputs and reasons (see `decisions_view`).
 """

@@ -13,6 +13,7 @@ Kubernetes objects, never annotation text), which is why a ServiceMonitor scrapi
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -208,6 +209,13 @@ class ServiceMetrics:
             "1 while this instance holds the leader Lease and writes, 0 on a standby.",
             registry=r,
         )
+        self.watch_failing = Gauge(
+            PREFIX + "watch_failing_seconds",
+            "How long each watch cache (leaderworkersets, pods, nodes) has failed to list and "
+            "watch, 0 while it works; past watchStalenessLimit every component holds.",
+            ["cache"],
+            registry=r,
+        )
         self.prometheus_queries = Gauge(
             PREFIX + "prometheus_queries_per_tick",
             "Prometheus queries the last tick sent; must not grow with the number of deployments.",
@@ -309,6 +317,10 @@ class ServiceMetrics:
         self.tick_duration.observe(duration_s)
         self.last_tick.set(finished_at_s)
         self.prometheus_queries.set(queries)
+
+    def observe_watch_caches(self, failing_s: Mapping[str, float]) -> None:
+        for cache, seconds in failing_s.items():
+            self.watch_failing.labels(cache).set(seconds)
 
     def set_leader(self, is_leader: bool) -> None:
         self.leader.set(1 if is_leader else 0)

@@ -180,6 +180,12 @@ class RunSettings(BaseSettings):
         default=timedelta(minutes=2),
         description="Samples older than this are missing data (None), so the component holds.",
     )
+    watch_staleness_limit: Duration = Field(
+        default=timedelta(seconds=60),
+        description="When listing and watching LeaderWorkerSets, pods or nodes has failed for "
+        "longer than this, the cluster view is stale: every component holds, nothing is "
+        "written, and /readyz fails until a list succeeds.",
+    )
     backfill_days: float = Field(
         default=7.0,
         ge=0,
@@ -243,6 +249,10 @@ class RunSettings(BaseSettings):
     def staleness_limit_s(self) -> float:
         return self.staleness_limit.total_seconds()
 
+    @property
+    def watch_staleness_limit_s(self) -> float:
+        return self.watch_staleness_limit.total_seconds()
+
     @classmethod
     def settings_customise_sources(
         cls,
@@ -276,6 +286,11 @@ _FLAGS: tuple[tuple[str, str, dict[str, Any]], ...] = (
     ("--log-format", "log_format", {"choices": ("json", "text")}),
     ("--prometheus-timeout", "prometheus_timeout", _duration_flag("prometheus_timeout")),
     ("--staleness-limit", "staleness_limit", _duration_flag("staleness_limit")),
+    (
+        "--watch-staleness-limit",
+        "watch_staleness_limit",
+        _duration_flag("watch_staleness_limit"),
+    ),
     ("--backfill-days", "backfill_days", {"metavar": "DAYS", "type": float}),
     ("--forecast-model", "forecast_model", {"choices": tuple(MODELS)}),
     ("--cluster-can-grow", "cluster_can_grow", {"action": argparse.BooleanOptionalAction}),

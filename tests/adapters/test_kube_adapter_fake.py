@@ -21,6 +21,7 @@ from kubernetes_asyncio import client
 
 from autoscaler.adapters.kube_adapter import KubeAdapter
 from autoscaler.adapters.kube_cache import WatchCache
+from autoscaler.adapters.kube_errors import status_message
 from autoscaler.adapters.kube_objects import LWS_GROUP, LWS_PLURAL, LWS_VERSION
 from autoscaler.adapters.lws_scaler import ScaleResult
 from autoscaler.core.decision import plan as core_plan
@@ -840,3 +841,60 @@ async def test_a_cache_keeps_retrying_a_failing_list_until_it_works(kube, api):
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+async def test_a_failing_cache_says_for_how_long_backs_off_and_recovers(kube, api):
+    # RBAC for pods withdrawn (403 on list and watch) while the cache holds what it last
+    # saw: it must say since when it has heard nothing, stop asking every retry delay, and
+    # be current again after the first list that works.
+    now = [100.0]
+    pods = WatchCache(
+        client.CoreV1Api(api).list_pod_for_all_namespaces,
+        name="pods",
+        retry_delay_s=0.05,
+        clock=lambda: now[0],
+    )
+    task = asyncio.create_task(pods.run())
+    try:
+        await pods.synced.wait()
+        assert pods.failing_for_s() == 0.0
+        kube.inject_fault(code=403, method="GET", path_contains="/api/v1/pods", times=10**6)
+        kube.expire_watches()
+        for _ in range(100):
+            if pods.failing_for_s() == 0.0:
+                await asyncio.sleep(0.01)
+        now[0] = 175.0
+        assert pods.failing_for_s() == 75.0
+        assert "403" in (pods.last_error or "")
+        tries_before = len(kube.requests("GET", "/api/v1/pods"))
+        await asyncio.sleep(1.0)
+        tries = len(kube.requests("GET", "/api/v1/pods")) - tries_before
+        # 0.05 s doubling: at most 5 tries in a second, where a fixed delay makes 20
+        assert 1 <= tries <= 5, tries
+        now[0] = 500.0
+        assert pods.failing_for_s() == 400.0  # still nothing heard
+
+        kube.faults.clear()
+        lists = pods.lists
+        await pods.wait_for(lambda: pods.lists > lists, timeout_s=35)
+        assert pods.failing_for_s() == 0.0
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        pytest.param(
+            b'{"kind": "Status", "message": "pods is forbidden: User \\"x\\" cannot list"}',
+            'pods is forbidden: User "x" cannot list',
+            id="status-message",
+        ),
+        pytest.param(b"<html>bad gateway</html>", "b'<html>bad gateway</html>'", id="not-json"),
+        pytest.param(b"[1, 2]", "b'[1, 2]'", id="json-not-a-status"),
+    ],
+)
+def test_an_error_answer_reads_as_its_status_message(body: bytes, expected: str) -> None:
+    assert status_message(body) == expected

@@ -37,6 +37,7 @@ NON_DEFAULT_VALUES: dict[str, Any] = {
         },
     },
     "tick": "30s",
+    "watchStalenessLimit": "2m",
     "namespaces": ["serving", "batch-inference"],
     "dryRun": True,
     "clusterCanGrow": False,

@@ -310,6 +310,7 @@ def test_default_values_give_valid_service_settings(
     assert settings.log_level == "INFO"
     assert settings.queries == PrometheusQueries()
     assert settings.forecast_model == "seasonal_envelope"
+    assert settings.watch_staleness_limit_s == 60.0
 
 
 def test_non_default_values_reach_the_service(
@@ -327,6 +328,7 @@ def test_non_default_values_reach_the_service(
     assert settings.log_level == "DEBUG"
     assert settings.prometheus_timeout_s == 5.0
     assert settings.staleness_limit_s == 90.0
+    assert settings.watch_staleness_limit_s == 120.0
     assert settings.backfill_days == 3
     assert settings.cluster_can_grow is False
     assert settings.forecast_model == "state_space"

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from autoscaler.core.decision import plan
+from autoscaler.core.decision import hold_every_component, plan
 from autoscaler.core.gang_plan import ComponentMemory, Memory, Reason
 from autoscaler.core.model import ComponentKey, GangStatus
 from autoscaler.core.policy import Policy
@@ -168,6 +168,34 @@ def test_first_reading_after_an_outage_longer_than_the_window_does_not_drop_ever
         memory = new_memory.of(KEY)
     # Prometheus is back and reads a quiet moment (1 gang's worth)
     result, _ = decide(obs(ready=5, waiting=0, kv=0.15), pol, memory=memory)
+    assert result.desired_gangs == 5
+    assert result.reason is Reason.SCALE_DOWN_STABILIZED
+
+
+def test_a_stale_cluster_view_holds_everything_and_is_remembered_in_the_window():
+    pol = policy(scale_down_window="5m")
+    loaded = replace(obs(ready=5, waiting=40, kv=0.99), balloon_gangs=2)  # wants more
+    other = replace(obs(ready=1, waiting=0, kv=0.1), key=ComponentKey("serving", "no-policy"))
+    memory = Memory({KEY: ComponentMemory(proposals=((NOW - 900, 5),))})
+    # 10 minutes of ticks on a stale view, every 15 s
+    for tick in range(40):
+        the_plan, memory = hold_every_component(
+            observations(loaded, other),
+            {KEY: pol},
+            memory,
+            now=NOW - 600 + 15 * tick,
+            reason=Reason.HOLD_STALE_VIEW,
+            detail="pods: list and watch failing",
+        )
+        held = the_plan.components[KEY]
+        assert (held.desired_gangs, held.balloon_gangs, held.hold) == (5, 2, True)
+        assert held.reason is held.balloon_reason is Reason.HOLD_STALE_VIEW
+        assert held.detail == "pods: list and watch failing"
+        assert the_plan.components[other.key].hold
+    assert memory.of(other.key) == ComponentMemory()  # no policy, no window to keep
+    assert (NOW - 900, 5) not in memory.of(KEY).proposals  # pruned as any window is
+    # the view is current again and reads a quiet moment (1 gang's worth)
+    result, _ = decide(obs(ready=5, waiting=0, kv=0.15), pol, memory=memory.of(KEY))
     assert result.desired_gangs == 5
     assert result.reason is Reason.SCALE_DOWN_STABILIZED
 

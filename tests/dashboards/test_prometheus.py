@@ -135,6 +135,7 @@ class ServiceStandIn:
             m.count_decision(PREFILL, reason="steady")
             m.count_decision(DECODE, reason="scale_up_waiting" if desired > 3 else "steady")
             m.count_error("prometheus")
+            m.observe_watch_caches({"leaderworkersets": 0.0, "pods": 75.0, "nodes": 0.0})
             m.observe_tick(
                 duration_s=0.02 + (time.monotonic() - started),
                 finished_at_s=time.time(),

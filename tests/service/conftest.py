@@ -14,7 +14,17 @@ from tests.harness.vllm_exporter import VllmExporter
 from tests.service.stack import add_exporter_pods, add_gpu_zones
 
 # One namespace per end-to-end test; the exporter serves all of them from the start.
-NAMESPACES = ("up", "decisions", "dry", "prom-down", "down", "sigterm", "leader", "restart")
+NAMESPACES = (
+    "up",
+    "decisions",
+    "dry",
+    "prom-down",
+    "stale-view",
+    "down",
+    "sigterm",
+    "leader",
+    "restart",
+)
 
 
 @dataclass

@@ -1,5 +1,5 @@
-"""End to end: Prometheus going away holds every component and the loop stays healthy; a
-falling load scales down only after the scale-down window."""
+"""End to end: Prometheus going away, or the cluster view going stale, holds every component
+and the loop stays healthy; a falling load scales down only after the scale-down window."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from tests.service.stack import (
     spec_gangs,
     start_service,
     wait_until,
+    writes,
 )
 
 pytestmark = pytest.mark.prometheus
@@ -85,6 +86,75 @@ async def test_prometheus_down_holds_everything_and_resumes(kube: FakeKube, live
     finally:
         if not live.prometheus.running:
             await asyncio.to_thread(live.prometheus.start)
+        await running.close()
+
+
+async def test_a_stale_cluster_view_holds_everything_writes_nothing_and_resumes(
+    kube: FakeKube, live: Live
+) -> None:
+    # The service loses the right to list and watch pods (a ClusterRole edited, say) while
+    # it can still write: what it knows of gangs goes stale, and it must not act on it.
+    ns = "stale-view"
+    kube.add_namespace(ns)
+    for manifest in pd_manifests(ns, {PREFILL: NO_BUFFER, DECODE: NO_BUFFER}):
+        kube.apply(manifest)
+    live.exporter.set_lws(namespace=ns, lws=PREFILL, waiting=0, kv_usage_fraction=0.5)
+    live.exporter.set_lws(namespace=ns, lws=DECODE, waiting=2, kv_usage_fraction=0.6)
+    settings = settings_for(live.prometheus.url, watch_staleness_limit="1s")
+    running = await start_service(kube, settings)
+    try:
+
+        async def plans(held: bool) -> bool:
+            _, body = await running.get("/decisions")
+            found = [c["plan"] for c in body["components"].values() if c["plan"]]
+            stale = [p["reason"] == "hold_stale_view" for p in found]
+            live = [not p["reason"].startswith("hold") for p in found]
+            return len(found) == 2 and all(stale if held else live)
+
+        await wait_until(lambda: plans(held=False), timeout_s=20, what="plans on live data")
+        kube.inject_fault(code=403, method="GET", path_contains="/api/v1/pods", times=10**6)
+        kube.expire_watches()
+        await wait_until(lambda: plans(held=True), timeout_s=15, what="stale holds")
+        gangs_before = {lws: spec_gangs(kube, ns, lws) for lws in (PREFILL, DECODE)}
+        writes_before = len(writes(kube))
+        # The queue grows meanwhile: a current view would scale decode up.
+        live.exporter.set_lws(namespace=ns, lws=DECODE, waiting=20, kv_usage_fraction=0.95)
+        ticks = running.service.loop.ticks
+        await wait_until(
+            lambda: running.service.loop.ticks >= ticks + 4, timeout_s=10, what="ticks"
+        )
+
+        assert {lws: spec_gangs(kube, ns, lws) for lws in (PREFILL, DECODE)} == gangs_before
+        assert len(writes(kube)) == writes_before  # no scale, balloon or Event write
+        _, body = await running.get("/decisions")
+        detail = body["components"][f"{ns}/{DECODE}"]["plan"]["detail"]
+        assert "pods: list and watch failing for more than 1s" in detail and "403" in detail
+        # one Warning Event per LWS for the whole episode, not one per tick
+        held = [e for e in kube.objects("events", ns) if e["reason"] == "HoldStaleView"]
+        assert sorted(e["involvedObject"]["name"] for e in held) == sorted([PREFILL, DECODE])
+        assert all(e["type"] == "Warning" and e.get("count", 1) == 1 for e in held)
+        failing = await running.metric("gang_autoscaler_watch_failing_seconds", cache="pods")
+        assert failing is not None and failing > 1.0
+        assert (
+            await running.metric("gang_autoscaler_watch_failing_seconds", cache="leaderworkersets")
+            == 0.0
+        )
+        assert (await running.metric("gang_autoscaler_errors_total", kind="stale_view") or 0) > 0
+        status, ready = await running.get("/readyz")
+        assert status == 503 and "pods" in ready["stale"]
+        status, _ = await running.get("/healthz")
+        assert status == 200
+
+        kube.faults.clear()
+        await wait_until(
+            lambda: spec_gangs(kube, ns, DECODE) > gangs_before[DECODE],
+            timeout_s=30,
+            what="decode to scale up once the view is current",
+        )
+        status, _ = await running.get("/readyz")
+        assert status == 200
+    finally:
+        kube.faults.clear()
         await running.close()
 
 

@@ -124,6 +124,8 @@ def expired(requested_rv: int, oldest_rv: int) -> ApiError:
 
 
 _FAULT_REASONS = {
+    401: "Unauthorized",
+    403: "Forbidden",
     409: "Conflict",
     429: "TooManyRequests",
     500: "InternalError",
