@@ -4,7 +4,7 @@
     await adapter.start()                 # caches synced, PriorityClass checked
     await adapter.repair_balloons()       # once, after winning the Lease
     state = adapter.snapshot(now_s=time.time())
-    adapter.stale_view(limit_s=60)        # None, or why the caches cannot be trusted
+    adapter.stale_view()                  # None, or why the caches cannot be trusted
     plan, memory = core.plan(state.observations(signals), state.policies, ...)
     report = await adapter.apply(plan, state, dry_run=False)
 
@@ -19,19 +19,20 @@ import contextlib
 import functools
 import logging
 from collections.abc import Callable, Collection, Mapping
+from typing import Any
 
 from kubernetes_asyncio import client
 
 from autoscaler.adapters.balloons import ensure_priority_class
-from autoscaler.adapters.kube_apply import Actuator, ApplyReport
-from autoscaler.adapters.kube_cache import WatchCache
+from autoscaler.adapters.kube_apply import Actuator, ApplyReport, ComponentApplied
+from autoscaler.adapters.kube_cache import MAX_RETRY_DELAY_S, WatchCache
 from autoscaler.adapters.kube_discovery import ParseCache
 from autoscaler.adapters.kube_errors import KubeAdapterError
 from autoscaler.adapters.kube_events import EventRecorder
 from autoscaler.adapters.kube_objects import LWS_GROUP, LWS_PLURAL, LWS_VERSION
 from autoscaler.adapters.kube_state import KubeState, build_state
 from autoscaler.adapters.lws_scaler import LwsScaler
-from autoscaler.core.gang_plan import GangPlan
+from autoscaler.core.gang_plan import ComponentPlan, GangPlan
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +45,8 @@ class KubeAdapter:
         namespaces: Collection[str] | None = None,
         may_write: Callable[[], bool] = lambda: True,
         can_grow: bool = True,
-        watch_timeout_s: int = 300,
+        watch_timeout_s: int = 60,
+        watch_staleness_limit_s: float = 60.0,
         foreign_hold_s: float = 600.0,
         event_instance: str | None = None,
         default_annotations: Mapping[str, str] | None = None,
@@ -53,19 +55,29 @@ class KubeAdapter:
         self._default_annotations = dict(default_annotations or {})
         self._parse_cache = ParseCache()
         self._can_grow = can_grow
+        self.watch_staleness_limit_s = watch_staleness_limit_s
         core = client.CoreV1Api(api_client)
         custom = client.CustomObjectsApi(api_client)
+        # Retries back off to a quarter of the staleness limit at most, so an outage shorter
+        # than about three quarters of it ends before the limit, and never holds anything.
+        retry_cap_s = min(MAX_RETRY_DELAY_S, watch_staleness_limit_s / 4)
+
+        def cache(list_call: Callable[..., Any], name: str) -> WatchCache:
+            return WatchCache(
+                list_call,
+                name=name,
+                watch_timeout_s=watch_timeout_s,
+                max_retry_delay_s=retry_cap_s,
+            )
+
         # Pods and nodes cluster-wide: free capacity depends on every pod on a node.
-        self.pods = WatchCache(
-            core.list_pod_for_all_namespaces, name="pods", watch_timeout_s=watch_timeout_s
-        )
-        self.nodes = WatchCache(core.list_node, name="nodes", watch_timeout_s=watch_timeout_s)
-        self.lws = WatchCache(
+        self.pods = cache(core.list_pod_for_all_namespaces, "pods")
+        self.nodes = cache(core.list_node, "nodes")
+        self.lws = cache(
             functools.partial(
                 custom.list_cluster_custom_object, LWS_GROUP, LWS_VERSION, LWS_PLURAL
             ),
-            name="leaderworkersets",
-            watch_timeout_s=watch_timeout_s,
+            "leaderworkersets",
         )
         self.scaler = LwsScaler(api_client, foreign_hold_s=foreign_hold_s)
         self.events = EventRecorder(api_client, instance=event_instance)
@@ -97,10 +109,11 @@ class KubeAdapter:
             errors = {c.name: c.last_error for c in self.caches if c.last_error}
             raise KubeAdapterError(f"caches {unsynced} did not sync: {errors}") from err
 
-    def stale_view(self, *, limit_s: float) -> str | None:
-        """Why the snapshot cannot be trusted, or None: each cache whose listing and watching
-        have failed for longer than `limit_s`. The text is stable while the failure lasts (it
-        names the limit, not the growing age), so an Event made of it is bumped, not repeated."""
+    def stale_view(self) -> str | None:
+        """Why the snapshot cannot be trusted, or None: each cache that has heard nothing
+        current for longer than the watch staleness limit since its listing or watching
+        failed. The text names the limit, not the growing age."""
+        limit_s = self.watch_staleness_limit_s
         stale = [
             f"{cache.name}: list and watch failing for more than {limit_s:g}s "
             f"(last error: {cache.last_error})"
@@ -134,8 +147,10 @@ class KubeAdapter:
     async def apply(self, plan: GangPlan, state: KubeState, *, dry_run: bool) -> ApplyReport:
         return await self.actuator.apply(plan, state, dry_run=dry_run)
 
-    async def report_holds(self, plan: GangPlan, state: KubeState, *, dry_run: bool) -> ApplyReport:
-        return await self.actuator.report_holds(plan, state, dry_run=dry_run)
+    async def report_hold(
+        self, plan: ComponentPlan, state: KubeState, *, dry_run: bool
+    ) -> ComponentApplied:
+        return await self.actuator.report_hold(plan, state, dry_run=dry_run)
 
     async def close(self) -> None:
         for task in self._tasks:

@@ -160,32 +160,27 @@ class Actuator:
             orphans = await self._delete_orphans(state, balloon_pods, dry_run=dry_run)
         return ApplyReport(components=out, orphan_balloons_deleted=orphans)
 
-    async def report_holds(
-        self, gang_plan: GangPlan, state: KubeState, *, dry_run: bool
-    ) -> ApplyReport:
-        """The pass for a plan that holds everything because the view of the cluster cannot
-        be trusted: no scale, no balloon and no orphan write (each would act on what may no
-        longer be true), only a Warning Event per component saying why."""
+    async def report_hold(
+        self, plan: ComponentPlan, state: KubeState, *, dry_run: bool
+    ) -> ComponentApplied:
+        """The pass for a component held because the view of the cluster cannot be trusted:
+        no scale, balloon or orphan write (each would act on what may no longer be true),
+        only a Warning Event saying why."""
         self._check_leader()
-        out: dict[ComponentKey, ComponentApplied] = {}
-        for key, plan in sorted(gang_plan.components.items()):
-            comp = state.components.get(key)
-            if comp is None:
-                continue
-            notes: list[str] = []
-            if not dry_run:
-                await self._event(
-                    ObjectRef(key.namespace, key.lws, comp.discovered.uid),
-                    notes,
-                    type_=WARNING,
-                    reason=camel_reason(plan.reason.value),
-                    message=(
-                        f"holding at {plan.current_gangs} gangs, balloon gangs untouched: "
-                        f"{plan.detail}"
-                    ),
-                )
-            out[key] = ComponentApplied(key, dry_run, events=tuple(notes))
-        return ApplyReport(components=out)
+        key = plan.key
+        notes: list[str] = []
+        comp = state.components.get(key)
+        if comp is not None and not dry_run:
+            await self._event(
+                ObjectRef(key.namespace, key.lws, comp.discovered.uid),
+                notes,
+                type_=WARNING,
+                reason=camel_reason(plan.reason.value),
+                message=(
+                    f"holding at {plan.current_gangs} gangs, balloon gangs untouched: {plan.detail}"
+                ),
+            )
+        return ComponentApplied(key, dry_run, events=tuple(notes))
 
     async def _apply_one(
         self,

@@ -27,9 +27,17 @@ log = logging.getLogger(__name__)
 ListCall = Callable[..., Awaitable[Any]]
 
 _CONNECT_TIMEOUT_S = 30.0
-# Retries after consecutive failures back off to this (client-go's reflector caps at 30 s):
-# an API server that is down is not asked again every second by every cache.
-_MAX_RETRY_DELAY_S = 30.0
+# Retries after consecutive failures back off to this by default (client-go's reflector caps
+# at 30 s): an API server that is down is not asked again every second by every cache.
+MAX_RETRY_DELAY_S = 30.0
+# A watch that ends sooner than this with no event is a failure, not the server's timeout
+# (client-go's "very short watch"): a proxy or a stopping server closing streams at once
+# would otherwise be re-watched in a tight loop while nothing is heard.
+_SHORT_WATCH_S = 1.0
+
+
+class _ShortWatch(Exception):
+    """A watch stream ended at once with no event."""
 
 
 def _key(obj: Obj) -> tuple[str, str]:
@@ -50,10 +58,11 @@ class WatchCache:
         list_call: ListCall,
         *,
         name: str,
-        watch_timeout_s: int = 300,
+        watch_timeout_s: int = 60,
         retry_delay_s: float = 1.0,
         label_selector: str | None = None,
-        read_grace_s: float = 60.0,
+        read_grace_s: float = 30.0,
+        max_retry_delay_s: float = MAX_RETRY_DELAY_S,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._list_call = list_call
@@ -61,11 +70,15 @@ class WatchCache:
         self._watch_timeout_s = watch_timeout_s
         # The server ends every watch after `watch_timeout_s`, so a connection silent for
         # longer than that (plus a grace) is dead: a peer gone without a reset, which TCP
-        # alone would notice only after hours while the cache quietly went stale.
+        # alone would notice only after hours while the cache quietly went stale. A short
+        # watch (a minute, where client-go picks 5-10) bounds that silence: resuming from
+        # the last resourceVersion costs the server one request a minute per cache.
         self._read_timeout = aiohttp.ClientTimeout(
             sock_connect=_CONNECT_TIMEOUT_S, sock_read=watch_timeout_s + read_grace_s
         )
         self._retry_delay_s = retry_delay_s
+        self._max_retry_delay_s = max(retry_delay_s, max_retry_delay_s)
+        self._short_watch_s = min(_SHORT_WATCH_S, watch_timeout_s / 2)
         self._selector = {"label_selector": label_selector} if label_selector else {}
         self._objects: dict[tuple[str, str], dict[str, Any]] = {}
         self.resource_version: str | None = None
@@ -74,9 +87,13 @@ class WatchCache:
         self.lists = 0
         self.last_error: str | None = None
         self._clock = clock
-        # When listing or watching started failing, on `clock`; None while it works.
+        # The last proof that the objects were current (a list, an event or bookmark, a watch
+        # the server ended), and since when nothing has been, on `clock`.
+        self._last_heard: float | None = None
         self._failing_since: float | None = None
-        self._failures = 0  # consecutive
+        # Consecutive failures without a watch that worked; a list that works while its
+        # watch keeps failing does not reset it (a cluster-wide list is the dear part).
+        self._failures = 0
         self._changed = asyncio.Condition()
 
     def items(self) -> list[dict[str, Any]]:
@@ -86,26 +103,32 @@ class WatchCache:
         return self._objects.get((namespace, name))
 
     def failing_for_s(self) -> float:
-        """How long listing and watching have failed without a success in between (0 while
-        they work). The objects are as old as that: nothing has been heard since."""
+        """How long nothing current has been heard, once listing or watching has failed (0
+        while they work). A connection that fell silent counts from the last thing heard on
+        it, not from when its read timeout gave up on it."""
         if self._failing_since is None:
             return 0.0
         return max(0.0, self._clock() - self._failing_since)
 
-    def _failed(self, error: str) -> float:
+    def _failed(self, error: str, *, silent: bool = False) -> float:
         """Record a failure; returns how long to wait before trying again."""
         self.last_error = error
         self._failures += 1
         if self._failing_since is None:
-            self._failing_since = self._clock()
+            now = self._clock()
+            self._failing_since = (self._last_heard or now) if silent else now
+        if not self.synced.is_set():
+            return self._retry_delay_s  # never listed yet: keep trying at the base delay
         backoff_s = self._retry_delay_s * 2.0 ** (self._failures - 1)
-        return min(backoff_s, _MAX_RETRY_DELAY_S)
+        return min(backoff_s, self._max_retry_delay_s)
 
-    def _heard(self) -> None:
+    def _heard(self, *, watch_works: bool) -> None:
         if self._failing_since is not None:
             log.info("%s cache is current again", self.name)
+        self._last_heard = self._clock()
         self._failing_since = None
-        self._failures = 0
+        if watch_works:
+            self._failures = 0
 
     async def _list(self) -> None:
         response = await self._list_call(
@@ -124,7 +147,7 @@ class WatchCache:
         self._objects = {_key(obj): obj for obj in data.get("items") or []}
         self.resource_version = (data.get("metadata") or {}).get("resourceVersion")
         self.lists += 1
-        self._heard()
+        self._heard(watch_works=False)
         self.synced.set()
         await self._notify()
 
@@ -147,8 +170,11 @@ class WatchCache:
             _request_timeout=self._read_timeout,
             **self._selector,
         )
+        started = asyncio.get_running_loop().time()
+        events = 0
         try:
             async for event in stream:
+                events += 1
                 kind = event["type"]
                 obj = event["raw_object"]
                 if kind in ("ADDED", "MODIFIED"):
@@ -156,12 +182,15 @@ class WatchCache:
                 elif kind == "DELETED":
                     self._objects.pop(_key(obj), None)
                 # BOOKMARK carries only a resourceVersion, which Watch records for us.
-                self._heard()
+                self._heard(watch_works=True)
                 if watch.resource_version:
                     self.resource_version = watch.resource_version
                 await self._notify()
         finally:
             await watch.close()
+        if not events and asyncio.get_running_loop().time() - started < self._short_watch_s:
+            raise _ShortWatch("the watch ended at once with no event")
+        self._heard(watch_works=True)  # the server ended it at its timeout
 
     async def run(self) -> None:
         """List and watch until cancelled; never raises except CancelledError."""
@@ -187,7 +216,12 @@ class WatchCache:
                 await asyncio.sleep(delay_s)
             except Exception as err:  # the connection, the server, or the body failed
                 need_list = True
-                delay_s = self._failed(str(err) if isinstance(err, KubeApiError) else describe(err))
+                described = (
+                    str(err) if isinstance(err, (KubeApiError, _ShortWatch)) else describe(err)
+                )
+                # A read timeout means the connection had fallen silent.
+                silent = isinstance(err, aiohttp.ServerTimeoutError)
+                delay_s = self._failed(described, silent=silent)
                 log.warning(
                     "%s cache failed: %s; listing again in %gs", self.name, self.last_error, delay_s
                 )

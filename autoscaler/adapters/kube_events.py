@@ -29,6 +29,8 @@ REPORTING_COMPONENT = "gang-autoscaler"
 NORMAL = "Normal"
 WARNING = "Warning"
 _MAX_MESSAGE = 1024
+# An Event is a report: a slow API server must not hold a tick up for it.
+_REQUEST_TIMEOUT_S = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,7 +134,9 @@ class EventRecorder:
             "reportingInstance": self._instance,
         }
         try:
-            await self._core.create_namespaced_event(ref.namespace, body)
+            await self._core.create_namespaced_event(
+                ref.namespace, body, _request_timeout=_REQUEST_TIMEOUT_S
+            )
             return True, 1
         except ApiException as err:
             if err.status != 409:
@@ -144,6 +148,7 @@ class EventRecorder:
             ref.namespace,
             {"lastTimestamp": now},
             _content_type="application/merge-patch+json",
+            _request_timeout=_REQUEST_TIMEOUT_S,
         )
         return False, int(existing.count or 1)
 
@@ -153,4 +158,5 @@ class EventRecorder:
             namespace,
             {"count": count, "lastTimestamp": now},
             _content_type="application/merge-patch+json",
+            _request_timeout=_REQUEST_TIMEOUT_S,
         )

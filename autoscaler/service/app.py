@@ -147,6 +147,7 @@ class Service:
             namespaces=settings.namespaces or None,
             may_write=self._may_write,
             can_grow=settings.cluster_can_grow,
+            watch_staleness_limit_s=settings.watch_staleness_limit_s,
             event_instance=self.identity,
             default_annotations={
                 PREFIX + "min-buffer": str(settings.buffer.min_gangs),
@@ -180,7 +181,6 @@ class Service:
             on_became_leader=self._became_leader,
             dry_run=settings.dry_run,
             deadline_s=self.deadline_s,
-            watch_staleness_limit_s=settings.watch_staleness_limit_s,
             clock=clock,
         )
         self.http = HttpServer(self, host=http_host, port=settings.http_port)
@@ -293,7 +293,7 @@ class Service:
     def readiness(self) -> Probe:
         synced = {c.name: c.synced.is_set() for c in self.kube.caches}
         failing = {c.name: round(c.failing_for_s(), 3) for c in self.kube.caches}
-        stale = self.kube.stale_view(limit_s=self.settings.watch_staleness_limit_s)
+        stale = self.kube.stale_view()
         role = "dry-run" if self.settings.dry_run else ("leader" if self.is_leader() else "standby")
         ok = all(synced.values()) and stale is None and not self._stopping
         details = {

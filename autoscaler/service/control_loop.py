@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
 from autoscaler.adapters.kube_adapter import KubeAdapter
-from autoscaler.adapters.kube_apply import ApplyReport
+from autoscaler.adapters.kube_apply import ApplyReport, ComponentApplied
 from autoscaler.adapters.kube_errors import KubeAdapterError, NotLeader
 from autoscaler.adapters.kube_state import KubeState
 from autoscaler.adapters.lws_scaler import ScaleResult
@@ -177,7 +177,6 @@ class ControlLoop:
         on_became_leader: Callable[[float], Awaitable[None]],
         dry_run: bool,
         deadline_s: float,
-        watch_staleness_limit_s: float = 60.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._kube = kube
@@ -189,7 +188,6 @@ class ControlLoop:
         self._on_became_leader = on_became_leader
         self.dry_run = dry_run
         self.deadline_s = deadline_s
-        self.watch_staleness_limit_s = watch_staleness_limit_s
         self._clock = clock
         self.memory = Memory()
         self.ticks = 0
@@ -262,22 +260,21 @@ class ControlLoop:
         state = self._kube.snapshot(now_s=now_s)
         parts["state"] = state
         self._count_policy_problems(state)
-        if leader and not self._acting and not self.dry_run:
-            await self._on_became_leader(now_s)
-        if not leader and self._acting:
+        if not leader and self._reported:
             # Only the leader reports per-component state.
             for labels in self._reported.values():
                 self._metrics.forget_component(labels)
             self._reported.clear()
-        self._acting = leader
         self._metrics.set_leader(leader and not self.dry_run)
         # `KubeState.policies` builds a new dict on every access: read it once per tick.
         policies = state.policies
         self._metrics.observe_watch_caches(
             {cache.name: cache.failing_for_s() for cache in self._kube.caches}
         )
-        stale = self._kube.stale_view(limit_s=self.watch_staleness_limit_s)
+        stale = self._kube.stale_view()
         if stale is not None:
+            # Before taking office: a new leader's first writes (the balloon repair) wait
+            # for a view they can trust, and happen once it is back.
             await self._hold_on_stale_view(
                 state,
                 policies,
@@ -289,6 +286,9 @@ class ControlLoop:
             )
             return
         self._told_stale.clear()
+        if leader and not self._acting and not self.dry_run:
+            await self._on_became_leader(now_s)
+        self._acting = leader
 
         # observe: a fixed set of Prometheus queries for every component at once
         parts["phase"] = "observe"
@@ -415,14 +415,21 @@ class ControlLoop:
         applied: ApplyReport | None = None
         if leader:
             parts["phase"] = "act"
-            untold = {k: p for k, p in gang_plan.components.items() if k not in self._told_stale}
-            applied = await self._kube.report_holds(
-                GangPlan(components=untold), state, dry_run=self.dry_run
-            )
-            self._told_stale.update(untold)
-            parts["applied"] = applied
+            told: dict[ComponentKey, ComponentApplied] = {}
+            parts["applied"] = applied = ApplyReport(components=told)
+            for key in sorted(gang_plan.components):
+                if key in self._told_stale:
+                    continue
+                # Told before the call: a tick cut short by its deadline does not make the
+                # next one send (or bump) the same Event again.
+                self._told_stale.add(key)
+                told[key] = await self._kube.report_hold(
+                    gang_plan.components[key], state, dry_run=self.dry_run
+                )
         parts["phase"] = "report"
-        self._report(state, {}, {}, gang_plan, applied, identities={}, leader=leader)
+        self._report(
+            state, {}, {}, gang_plan, applied, identities={}, leader=leader, observed=False
+        )
 
     # -- report ---------------------------------------------------------------------------
 
@@ -454,7 +461,10 @@ class ControlLoop:
         *,
         identities: Mapping[ComponentKey, CapacityIdentity],
         leader: bool,
+        observed: bool = True,
     ) -> None:
+        """`observed=False`: the snapshot is not trusted, so what it says of gangs (ready,
+        partial, balloon) is left out of the gauges rather than exported as current."""
         gone = set(self._reported) - set(gang_plan.components)
         for key in sorted(gang_plan.components):
             plan = gang_plan.components[key]
@@ -484,7 +494,7 @@ class ControlLoop:
             self._metrics.count_decision(labels, reason=plan.reason.value)
             if plan.forgotten_capacity_per_gang is not None:
                 self._metrics.count_forgotten_capacity(labels)
-            obs = state.components[key].observation
+            obs = state.components[key].observation if observed else None
             sig = signals.get(key, Signals())
             forecast = forecasts.get(key)
             self._metrics.observe_component(

@@ -884,6 +884,76 @@ async def test_a_failing_cache_says_for_how_long_backs_off_and_recovers(kube, ap
             await task
 
 
+async def _running(cache: WatchCache) -> asyncio.Task[None]:
+    task = asyncio.create_task(cache.run())
+    await cache.synced.wait()
+    return task
+
+
+async def _stop(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+@pytest.mark.parametrize(
+    ("fault", "error"),
+    [
+        pytest.param(
+            {"code": 0, "action": "empty"}, "ended at once with no event", id="watch-closed-at-once"
+        ),
+        pytest.param({"code": 403}, "403", id="watch-forbidden-list-allowed"),
+    ],
+)
+async def test_a_watch_that_keeps_failing_backs_off_even_when_listing_works(
+    kube, api, fault, error
+):
+    # Listing works, watching does not (a proxy closing streams at once; RBAC without
+    # `watch`): the cache must count it as failing and back off, not re-list a cluster's
+    # pods in a tight loop while its age stays 0.
+    pods = WatchCache(
+        client.CoreV1Api(api).list_pod_for_all_namespaces, name="pods", retry_delay_s=0.05
+    )
+    task = await _running(pods)
+    try:
+        kube.inject_fault(method="GET", path_contains="watch=", times=10**6, **fault)
+        kube.expire_watches()
+        await asyncio.sleep(0.2)
+        before = len(kube.requests("GET", "/api/v1/pods"))
+        await asyncio.sleep(1.0)
+        tries = len(kube.requests("GET", "/api/v1/pods")) - before
+        # a list and a watch per try, 0.05 s doubling: at most 4 tries in a second (8
+        # requests), where a reset back-off or no failure at all makes dozens
+        assert 1 <= tries <= 8, tries
+        assert error in (pods.last_error or "")
+    finally:
+        kube.faults.clear()
+        await _stop(task)
+
+
+async def test_a_silent_watch_counts_as_failing_from_the_last_thing_heard(kube, api):
+    # A watch that goes silent is given up at its read timeout (1 s watch + 0.5 s here): by
+    # then the cache has heard nothing for that long, and its age must say so.
+    pods = WatchCache(
+        client.CoreV1Api(api).list_pod_for_all_namespaces,
+        name="pods",
+        watch_timeout_s=1,
+        read_grace_s=0.5,
+        retry_delay_s=2.0,
+    )
+    kube.inject_fault(code=0, method="GET", path_contains="watch=", action="stall", stall_s=60)
+    task = await _running(pods)
+    try:
+        for _ in range(400):
+            if pods.last_error is not None:
+                break
+            await asyncio.sleep(0.01)
+        assert "Timeout" in (pods.last_error or "")
+        assert pods.failing_for_s() >= 1.4  # silent since the list, not failing since now
+    finally:
+        await _stop(task)
+
+
 @pytest.mark.parametrize(
     ("body", "expected"),
     [

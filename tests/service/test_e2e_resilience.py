@@ -13,6 +13,7 @@ from tests.service.conftest import Live
 from tests.service.stack import (
     DECODE,
     PREFILL,
+    balloon_pods,
     pd_manifests,
     settings_for,
     spec_gangs,
@@ -92,11 +93,13 @@ async def test_prometheus_down_holds_everything_and_resumes(kube: FakeKube, live
 async def test_a_stale_cluster_view_holds_everything_writes_nothing_and_resumes(
     kube: FakeKube, live: Live
 ) -> None:
-    # The service loses the right to list and watch pods (a ClusterRole edited, say) while
-    # it can still write: what it knows of gangs goes stale, and it must not act on it.
+    # The service loses the right to list and watch nodes (a ClusterRole edited, say) while
+    # it can still write and list pods: what it knows of free capacity goes stale, and it
+    # must not act on its view, not even to rebuild a preempted balloon gang.
     ns = "stale-view"
     kube.add_namespace(ns)
-    for manifest in pd_manifests(ns, {PREFILL: NO_BUFFER, DECODE: NO_BUFFER}):
+    one_balloon = {"gang-autoscaler.io/min-buffer": "1", "gang-autoscaler.io/max-buffer": "1"}
+    for manifest in pd_manifests(ns, {PREFILL: NO_BUFFER, DECODE: one_balloon}):
         kube.apply(manifest)
     live.exporter.set_lws(namespace=ns, lws=PREFILL, waiting=0, kv_usage_fraction=0.5)
     live.exporter.set_lws(namespace=ns, lws=DECODE, waiting=2, kv_usage_fraction=0.6)
@@ -112,12 +115,17 @@ async def test_a_stale_cluster_view_holds_everything_writes_nothing_and_resumes(
             return len(found) == 2 and all(stale if held else live)
 
         await wait_until(lambda: plans(held=False), timeout_s=20, what="plans on live data")
-        kube.inject_fault(code=403, method="GET", path_contains="/api/v1/pods", times=10**6)
+        await wait_until(
+            lambda: len(balloon_pods(kube, ns, DECODE)) == 2, timeout_s=20, what="a balloon gang"
+        )
+        kube.inject_fault(code=403, method="GET", path_contains="/api/v1/nodes", times=10**6)
         kube.expire_watches()
         await wait_until(lambda: plans(held=True), timeout_s=15, what="stale holds")
         gangs_before = {lws: spec_gangs(kube, ns, lws) for lws in (PREFILL, DECODE)}
         writes_before = len(writes(kube))
-        # The queue grows meanwhile: a current view would scale decode up.
+        # Meanwhile a balloon pod is preempted and the queue grows: a current view would
+        # rebuild the balloon gang and scale decode up.
+        kube.remove("pods", ns, balloon_pods(kube, ns, DECODE)[0]["metadata"]["name"])
         live.exporter.set_lws(namespace=ns, lws=DECODE, waiting=20, kv_usage_fraction=0.95)
         ticks = running.service.loop.ticks
         await wait_until(
@@ -125,23 +133,25 @@ async def test_a_stale_cluster_view_holds_everything_writes_nothing_and_resumes(
         )
 
         assert {lws: spec_gangs(kube, ns, lws) for lws in (PREFILL, DECODE)} == gangs_before
-        assert len(writes(kube)) == writes_before  # no scale, balloon or Event write
+        assert writes(kube)[writes_before:] == []  # no scale, balloon or Event write
+        assert len(balloon_pods(kube, ns, DECODE)) == 1
         _, body = await running.get("/decisions")
         detail = body["components"][f"{ns}/{DECODE}"]["plan"]["detail"]
-        assert "pods: list and watch failing for more than 1s" in detail and "403" in detail
+        assert "nodes: list and watch failing for more than 1s" in detail and "403" in detail
         # one Warning Event per LWS for the whole episode, not one per tick
         held = [e for e in kube.objects("events", ns) if e["reason"] == "HoldStaleView"]
         assert sorted(e["involvedObject"]["name"] for e in held) == sorted([PREFILL, DECODE])
         assert all(e["type"] == "Warning" and e.get("count", 1) == 1 for e in held)
-        failing = await running.metric("gang_autoscaler_watch_failing_seconds", cache="pods")
+        failing = await running.metric("gang_autoscaler_watch_failing_seconds", cache="nodes")
         assert failing is not None and failing > 1.0
-        assert (
-            await running.metric("gang_autoscaler_watch_failing_seconds", cache="leaderworkersets")
-            == 0.0
-        )
+        assert await running.metric("gang_autoscaler_watch_failing_seconds", cache="pods") == 0.0
+        labels = {"namespace": ns, "deployment": "llama", "component": "decode"}
+        # what the stale view says of gangs is not exported as current
+        assert await running.metric("gang_autoscaler_ready_gangs", **labels) is None
+        assert await running.metric("gang_autoscaler_desired_gangs", **labels) is not None
         assert (await running.metric("gang_autoscaler_errors_total", kind="stale_view") or 0) > 0
         status, ready = await running.get("/readyz")
-        assert status == 503 and "pods" in ready["stale"]
+        assert status == 503 and "nodes" in ready["stale"]
         status, _ = await running.get("/healthz")
         assert status == 200
 
@@ -150,6 +160,11 @@ async def test_a_stale_cluster_view_holds_everything_writes_nothing_and_resumes(
             lambda: spec_gangs(kube, ns, DECODE) > gangs_before[DECODE],
             timeout_s=30,
             what="decode to scale up once the view is current",
+        )
+        await wait_until(
+            lambda: len(balloon_pods(kube, ns, DECODE)) == 2,
+            timeout_s=20,
+            what="the balloon gang rebuilt",
         )
         status, _ = await running.get("/readyz")
         assert status == 200

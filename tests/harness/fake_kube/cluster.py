@@ -481,9 +481,10 @@ class Cluster:
         scale patch conflict; `code=429, retry_after_s=1` throttles; `code=500` fails.
         `action="disconnect"` drops the connection instead of answering (`code` unused);
         `action="stall", stall_s=5` holds it silent for 5 s first; `action="drop_answer"`
-        carries the request out and then drops the connection before the answer.
+        carries the request out and then drops the connection before the answer;
+        `action="empty"` answers 200 with an empty body (a proxy closing a stream at once).
         """
-        if action not in ("error", "disconnect", "stall", "drop_answer"):
+        if action not in ("error", "disconnect", "stall", "drop_answer", "empty"):
             raise ValueError(f"unknown fault action {action!r}")
         self.faults.append(
             Fault(method, path_contains, code, times, retry_after_s, action, stall_s)

@@ -145,7 +145,8 @@ class Fault:
     retry_after_s: int | None = None
     # "error": answer with `code`; "disconnect": drop the connection without an answer;
     # "stall": send nothing for `stall_s` seconds, then drop it (a dead peer behind a NAT);
-    # "drop_answer": carry the request out, then drop the connection before answering
+    # "drop_answer": carry the request out, then drop the connection before answering;
+    # "empty": answer 200 with no body at all
     action: str = "error"
     stall_s: float = 0.0
 

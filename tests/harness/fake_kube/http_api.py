@@ -81,6 +81,8 @@ class KubeHttpApi:
                 if request.transport is not None:
                     request.transport.close()
                 return web.Response(status=500)
+            if fault is not None and fault.action == "empty":
+                return web.Response(status=200)
             if fault is not None and fault.action != "error":
                 if fault.action == "stall":
                     # Silent until the time is up or the client gives up and hangs up.
