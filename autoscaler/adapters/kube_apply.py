@@ -169,10 +169,9 @@ class Actuator:
         self._check_leader()
         key = plan.key
         notes: list[str] = []
-        comp = state.components.get(key)
-        if comp is not None and not dry_run:
+        if not dry_run:
             await self._event(
-                ObjectRef(key.namespace, key.lws, comp.discovered.uid),
+                ObjectRef(key.namespace, key.lws, state.components[key].discovered.uid),
                 notes,
                 type_=WARNING,
                 reason=camel_reason(plan.reason.value),

@@ -116,7 +116,8 @@ class WatchCache:
         self._failures += 1
         if self._failing_since is None:
             now = self._clock()
-            self._failing_since = (self._last_heard or now) if silent else now
+            heard = self._last_heard
+            self._failing_since = heard if silent and heard is not None else now
         if not self.synced.is_set():
             return self._retry_delay_s  # never listed yet: keep trying at the base delay
         backoff_s = self._retry_delay_s * 2.0 ** (self._failures - 1)

@@ -13,6 +13,7 @@ from tests.service.conftest import Live
 from tests.service.stack import (
     DECODE,
     PREFILL,
+    Running,
     balloon_pods,
     pd_manifests,
     settings_for,
@@ -28,6 +29,22 @@ TICK_S = 0.5  # tests.service.stack.TICK
 NO_BUFFER = {"gang-autoscaler.io/min-buffer": "0", "gang-autoscaler.io/max-buffer": "0"}
 
 
+async def plan_reasons(running: Running, *lws: str) -> list[str] | None:
+    """The reasons of the last plans of the given LWS (all when none is named) in the
+    namespace-qualified `/decisions`, or None while one of them has no plan yet."""
+    _, body = await running.get("/decisions")
+    entries = body["components"]
+    plans = [c["plan"] for k, c in entries.items() if not lws or k.split("/")[1] in lws]
+    if not plans or not all(plans):
+        return None
+    return [p["reason"] for p in plans]
+
+
+async def planned_on_data(running: Running, *lws: str) -> bool:
+    reasons = await plan_reasons(running, *lws)
+    return reasons is not None and not any(r.startswith("hold") for r in reasons)
+
+
 async def test_prometheus_down_holds_everything_and_resumes(kube: FakeKube, live: Live) -> None:
     ns = "prom-down"
     kube.add_namespace(ns)
@@ -37,13 +54,11 @@ async def test_prometheus_down_holds_everything_and_resumes(kube: FakeKube, live
     live.exporter.set_lws(namespace=ns, lws=DECODE, waiting=2, kv_usage_fraction=0.6)
     running = await start_service(kube, settings_for(live.prometheus.url))
     try:
-
-        async def planned_on_data() -> bool:
-            _, body = await running.get("/decisions")
-            plans = [c["plan"] for c in body["components"].values()]
-            return len(plans) == 2 and all(p and p["reason"] != "hold_missing_data" for p in plans)
-
-        await wait_until(planned_on_data, timeout_s=20, what="plans on live data")
+        await wait_until(
+            lambda: planned_on_data(running, PREFILL, DECODE),
+            timeout_s=20,
+            what="plans on live data",
+        )
         errors_before = await running.metric("gang_autoscaler_errors_total", kind="prometheus")
         gangs_before = {lws: spec_gangs(kube, ns, lws) for lws in (PREFILL, DECODE)}
 
@@ -78,12 +93,9 @@ async def test_prometheus_down_holds_everything_and_resumes(kube: FakeKube, live
 
         # The scale-up above already came from live data; a single tick right after a
         # restart may still miss its (short) query deadline, so look for a live plan.
-        async def decode_planned_on_data() -> bool:
-            _, body = await running.get("/decisions")
-            plan = body["components"][f"{ns}/{DECODE}"]["plan"]
-            return bool(plan) and plan["reason"] != "hold_missing_data"
-
-        await wait_until(decode_planned_on_data, timeout_s=10, what="a live decode plan")
+        await wait_until(
+            lambda: planned_on_data(running, DECODE), timeout_s=10, what="a live decode plan"
+        )
     finally:
         if not live.prometheus.running:
             await asyncio.to_thread(live.prometheus.start)
@@ -107,20 +119,20 @@ async def test_a_stale_cluster_view_holds_everything_writes_nothing_and_resumes(
     running = await start_service(kube, settings)
     try:
 
-        async def plans(held: bool) -> bool:
-            _, body = await running.get("/decisions")
-            found = [c["plan"] for c in body["components"].values() if c["plan"]]
-            stale = [p["reason"] == "hold_stale_view" for p in found]
-            live = [not p["reason"].startswith("hold") for p in found]
-            return len(found) == 2 and all(stale if held else live)
+        async def held_stale() -> bool:
+            return await plan_reasons(running, PREFILL, DECODE) == ["hold_stale_view"] * 2
 
-        await wait_until(lambda: plans(held=False), timeout_s=20, what="plans on live data")
+        await wait_until(
+            lambda: planned_on_data(running, PREFILL, DECODE),
+            timeout_s=20,
+            what="plans on live data",
+        )
         await wait_until(
             lambda: len(balloon_pods(kube, ns, DECODE)) == 2, timeout_s=20, what="a balloon gang"
         )
         kube.inject_fault(code=403, method="GET", path_contains="/api/v1/nodes", times=10**6)
         kube.expire_watches()
-        await wait_until(lambda: plans(held=True), timeout_s=15, what="stale holds")
+        await wait_until(held_stale, timeout_s=15, what="stale holds")
         gangs_before = {lws: spec_gangs(kube, ns, lws) for lws in (PREFILL, DECODE)}
         writes_before = len(writes(kube))
         # Meanwhile a balloon pod is preempted and the queue grows: a current view would
