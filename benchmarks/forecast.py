@@ -27,6 +27,7 @@ import platform
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 
@@ -37,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from forecasting.backtest import run_backtest
 from forecasting.fitter import fit_forecaster
+from forecasting.grid import GridForecaster, SeenWindows
 from forecasting.models import DEFAULT_MODEL, PLANNING_MODEL, make_forecaster
 from forecasting.series import Series
 from forecasting.traces import load_trace
@@ -132,12 +134,19 @@ def cost(name: str, *, model: str = DEFAULT_MODEL, fits: int = 5) -> dict[str, o
     }
 
 
+def _seen(make: Callable[[], GridForecaster], history: Series) -> SeenWindows:
+    """What the service's fitter ships to the worker: the windows a forecaster was fed."""
+    fed = make()
+    fed.update(history.timestamps_s, history.values)
+    return fed.seen()
+
+
 async def _max_tick_gap(executor: Executor, history: Series) -> tuple[float, float]:
     make = functools.partial(make_forecaster, DEFAULT_MODEL, step_s=FIVE_MIN_S)
     loop = asyncio.get_running_loop()
     # Warm the worker first so process start-up is not counted as fit time.
-    await loop.run_in_executor(executor, fit_forecaster, make, Series([300.0], [1.0]))
-    future = loop.run_in_executor(executor, fit_forecaster, make, history)
+    await loop.run_in_executor(executor, fit_forecaster, make, _seen(make, Series([300.0], [1.0])))
+    future = loop.run_in_executor(executor, fit_forecaster, make, _seen(make, history))
     started = last = time.perf_counter()
     worst = 0.0
     while not future.done():

@@ -8,6 +8,12 @@ executor. At most `max_fits_in_flight` run at once; a series is refitted `refit_
 after its previous fit finished, so the fits of many series spread out over the interval
 instead of all landing on one tick.
 
+The fitter keeps no observations of its own. A fit starts from a copy of what the current
+forecaster has already resampled (its closed windows and the open one, `GridForecaster.seen`),
+and only the observations that arrive while a fit runs are held, to be replayed onto the new
+model. Memory per series is the forecaster's window history (two weeks of 5-minute windows:
+32 KiB), whatever the tick.
+
 Use a process pool (`ProcessPoolExecutor(max_workers=1, mp_context=spawn)`): statsmodels'
 optimizer and Kalman filter hold the GIL for long stretches, so a fit in a thread stalls the
 loop (docs/forecasting.md has the measurement); a process runs on the other core and ships
@@ -16,7 +22,6 @@ back a fitted model of a few tens of kilobytes. A thread pool works too and suit
 
 from __future__ import annotations
 
-import bisect
 import logging
 import math
 from collections.abc import Callable, Hashable
@@ -24,33 +29,30 @@ from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-import numpy as np
-
-from forecasting.grid import DEFAULT_MAX_HISTORY_S, GridForecaster
+from forecasting.grid import GridForecaster, SeenWindows
 from forecasting.protocol import ForecastResult
-from forecasting.series import Series
 
 log = logging.getLogger(__name__)
 
 Key = TypeVar("Key", bound=Hashable)
 
 
-def fit_forecaster(make: Callable[[], GridForecaster], history: Series) -> GridForecaster:
+def fit_forecaster(make: Callable[[], GridForecaster], seen: SeenWindows) -> GridForecaster:
     """Build and fit one forecaster; runs in the worker, so it must stay picklable."""
     forecaster = make()
-    forecaster.fit(history)
+    forecaster.fit_seen(seen)
     return forecaster
 
 
 @dataclass
 class _SeriesState:
     forecaster: GridForecaster
-    timestamps_s: list[float] = field(default_factory=list)
-    values: list[float] = field(default_factory=list)
-    dropped: int = 0  # observations trimmed from the front, so positions stay comparable
+    last_timestamp_s: float | None = None
     fit_due_s: float = -math.inf
     in_flight: Future[GridForecaster] | None = None
-    snapshot_end: int = 0  # absolute position of the end of the in-flight fit's history
+    # observations since the in-flight fit's snapshot, replayed onto the new model
+    replay_timestamps_s: list[float] = field(default_factory=list)
+    replay_values: list[float] = field(default_factory=list)
     fits_completed: int = 0
     last_fit_error: str | None = None
 
@@ -65,7 +67,6 @@ class BackgroundFitter(Generic[Key]):
         executor: Executor,
         refit_interval_s: float,
         max_fits_in_flight: int = 1,
-        max_history_s: float = DEFAULT_MAX_HISTORY_S,
     ) -> None:
         if refit_interval_s <= 0 or max_fits_in_flight < 1:
             raise ValueError("refit_interval_s must be > 0 and max_fits_in_flight >= 1")
@@ -73,7 +74,6 @@ class BackgroundFitter(Generic[Key]):
         self._executor = executor
         self.refit_interval_s = refit_interval_s
         self.max_fits_in_flight = max_fits_in_flight
-        self.max_history_s = max_history_s
         self._series: dict[Key, _SeriesState] = {}
 
     def observe(self, key: Key, timestamps_s: list[float], values: list[float]) -> None:
@@ -81,15 +81,18 @@ class BackgroundFitter(Generic[Key]):
         state = self._series.get(key)
         if state is None:
             state = self._series[key] = _SeriesState(forecaster=self._make())
-        if state.timestamps_s and len(timestamps_s) and timestamps_s[0] < state.timestamps_s[-1]:
+        if not len(timestamps_s):
+            return
+        last = state.last_timestamp_s
+        if last is not None and timestamps_s[0] < last:
             raise ValueError(
-                f"observations of {key!r} went back in time:"
-                f" {timestamps_s[0]} < {state.timestamps_s[-1]}"
+                f"observations of {key!r} went back in time: {timestamps_s[0]} < {last}"
             )
-        state.timestamps_s.extend(float(t) for t in timestamps_s)
-        state.values.extend(float(v) for v in values)
         state.forecaster.update(timestamps_s, values)
-        self._trim(state)
+        state.last_timestamp_s = float(timestamps_s[-1])
+        if state.in_flight is not None:
+            state.replay_timestamps_s.extend(float(t) for t in timestamps_s)
+            state.replay_values.extend(float(v) for v in values)
 
     def forecast(self, key: Key, horizon_s: float) -> ForecastResult | None:
         """The latest model's forecast; None for an unknown key or one with no data."""
@@ -122,16 +125,16 @@ class BackgroundFitter(Generic[Key]):
         due = sorted(
             (s.fit_due_s, i)
             for i, s in enumerate(self._series.values())
-            if s.in_flight is None and s.fit_due_s <= now_s and s.timestamps_s
+            if s.in_flight is None and s.fit_due_s <= now_s and s.last_timestamp_s is not None
         )
         states = list(self._series.values())
         submitted = 0
         for _, index in due[: max(0, free)]:
             state = states[index]
-            history = Series(np.array(state.timestamps_s), np.array(state.values))
-            state.snapshot_end = state.dropped + len(state.timestamps_s)
             try:
-                state.in_flight = self._executor.submit(fit_forecaster, self._make, history)
+                state.in_flight = self._executor.submit(
+                    fit_forecaster, self._make, state.forecaster.seen()
+                )
             except Exception as err:  # a shut-down or broken pool: keep serving, retry later
                 state.last_fit_error = f"cannot submit the fit: {type(err).__name__}: {err}"
                 state.fit_due_s = now_s + self.refit_interval_s
@@ -143,6 +146,8 @@ class BackgroundFitter(Generic[Key]):
     def _collect(self, key: Key, state: _SeriesState, *, now_s: float) -> None:
         future, state.in_flight = state.in_flight, None
         state.fit_due_s = now_s + self.refit_interval_s
+        replay = state.replay_timestamps_s, state.replay_values
+        state.replay_timestamps_s, state.replay_values = [], []
         assert future is not None
         try:
             fitted = future.result()
@@ -151,24 +156,8 @@ class BackgroundFitter(Generic[Key]):
             log.warning("fit of %r failed; keeping the previous model: %s", key, err)
             return
         # Observations that arrived while the fit ran: replay them on the new model.
-        start = max(0, state.snapshot_end - state.dropped)
-        if start < len(state.timestamps_s):
-            fitted.update(state.timestamps_s[start:], state.values[start:])
+        if replay[0]:
+            fitted.update(*replay)
         state.forecaster = fitted
         state.fits_completed += 1
         state.last_fit_error = fitted.model_unavailable_reason
-
-    def _trim(self, state: _SeriesState) -> None:
-        # Trim in chunks (10% slack) so trimming stays amortised O(1) per observation.
-        if not state.timestamps_s:
-            return
-        oldest_kept = state.timestamps_s[-1] - self.max_history_s
-        if state.timestamps_s[0] >= oldest_kept - 0.1 * self.max_history_s:
-            return
-        cut = bisect.bisect_left(state.timestamps_s, oldest_kept)
-        if state.in_flight is not None:
-            # Keep what the in-flight fit has not seen, so it can be replayed.
-            cut = min(cut, max(0, state.snapshot_end - state.dropped))
-        del state.timestamps_s[:cut]
-        del state.values[:cut]
-        state.dropped += cut

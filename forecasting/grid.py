@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import abc
 import math
+from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
@@ -26,6 +27,16 @@ DEFAULT_STEP_S = 300.0
 DEFAULT_QUANTILE = 0.9
 DAY_S = 86_400.0
 DEFAULT_MAX_HISTORY_S = 14 * DAY_S
+
+
+@dataclass(frozen=True, slots=True)
+class SeenWindows:
+    """Everything a forecaster has been fed, resampled: its closed windows and the sums of
+    the one still open. A fit from it goes on exactly where the observations stopped, so a
+    background fitter keeps no raw observations of its own."""
+
+    history: WindowHistory
+    accumulator: WindowAccumulator
 
 
 class GridForecaster(abc.ABC):
@@ -48,6 +59,9 @@ class GridForecaster(abc.ABC):
         self._history = WindowHistory(max_windows=max(2, int(max_history_s // self.step_s)))
         # Why the model cannot forecast right now; None when it can.
         self.model_unavailable_reason: str | None = "not fitted yet"
+        # Forecasts by steps ahead until the next window closes or the model changes: the
+        # loop asks every tick, the answer changes every `step_s` (a few minutes).
+        self._forecasts: dict[int, tuple[float, float, str | None] | None] = {}
 
     @property
     def season_windows(self) -> int:
@@ -58,11 +72,23 @@ class GridForecaster(abc.ABC):
     def last_window_end_s(self) -> float | None:
         return self._history.last_end_s
 
+    def seen(self) -> SeenWindows:
+        """A copy of what this forecaster has been fed, for a fit elsewhere (`fit_seen`)."""
+        return SeenWindows(self._history.copy(), self._accumulator.copy())
+
     def fit(self, history: Series) -> None:
-        self._accumulator = WindowAccumulator(step_s=self.step_s)
-        self._history.clear()
-        windows = self._accumulator.push(history.timestamps_s, history.values)
-        self._history.extend(windows)
+        accumulator = WindowAccumulator(step_s=self.step_s)
+        windows = WindowHistory(max_windows=self._history.max_windows)
+        windows.extend(accumulator.push(history.timestamps_s, history.values))
+        self.fit_seen(SeenWindows(windows, accumulator))
+
+    def fit_seen(self, seen: SeenWindows) -> None:
+        """Fit on windows resampled elsewhere (another forecaster's `seen()`); takes them over."""
+        if seen.accumulator.step_s != self.step_s:
+            raise ValueError(f"windows of {seen.accumulator.step_s:g} s, not {self.step_s:g} s")
+        self._accumulator = seen.accumulator
+        self._history = seen.history
+        self._forecasts.clear()
         self.model_unavailable_reason = None
         try:
             self._fit_windows(self._history.array())
@@ -76,6 +102,7 @@ class GridForecaster(abc.ABC):
         if windows.values.size == 0:
             return
         self._history.extend(windows)
+        self._forecasts.clear()
         if self.model_unavailable_reason is not None:
             return
         try:
@@ -90,6 +117,12 @@ class GridForecaster(abc.ABC):
 
     def forecast(self, horizon_s: float) -> ForecastResult | None:
         steps = self.steps_ahead(horizon_s)
+        if steps not in self._forecasts:
+            self._forecasts[steps] = self._forecast_steps(steps)
+        known = self._forecasts[steps]
+        return None if known is None else self._result(*known[:2], horizon_s, known[2])
+
+    def _forecast_steps(self, steps: int) -> tuple[float, float, str | None] | None:
         last = self._history.last_observed()
         if last is None:
             return None
@@ -101,10 +134,10 @@ class GridForecaster(abc.ABC):
                 reason = str(err)
             else:
                 if math.isfinite(point) and math.isfinite(upper):
-                    return self._result(point, upper, horizon_s, None)
+                    return point, upper, None
                 reason = "model forecast was not finite"
         point, upper = self._persistence(steps, last)
-        return self._result(point, upper, horizon_s, reason)
+        return point, upper, reason
 
     def _persistence(self, steps: int, last: float) -> tuple[float, float]:
         values = self._history.array()

@@ -6,55 +6,78 @@ from the spread of its past errors in it.
 
 from __future__ import annotations
 
-import collections
-
 import numpy as np
 
 from forecasting.series import FloatArray, Windows
 
 
 class WindowHistory:
-    """The last `max_windows` closed window values (NaN for missing ones)."""
+    """The last `max_windows` closed window values (NaN for missing ones), newest last.
+
+    The values live in one float64 buffer with some room to grow (a Python float in a deque
+    costs four times as much, and a service keeps two weeks of windows for thousands of
+    components). Appending writes only past the arrays already handed out by `array()`, and
+    making room copies into a new buffer, so an array once returned never changes.
+    """
 
     def __init__(self, *, max_windows: int) -> None:
-        self._values: collections.deque[float] = collections.deque(maxlen=max_windows)
-        self._array: FloatArray | None = None  # `array()` until the next change
-        self.last_end_s: float | None = None
+        if max_windows < 1:
+            raise ValueError(f"max_windows must be >= 1, got {max_windows}")
+        self.max_windows = max_windows
+        self._room = max(16, max_windows // 4)
+        self.clear()
 
     def clear(self) -> None:
-        self._values.clear()
-        self._array = None
-        self.last_end_s = None
+        self._buffer: FloatArray = np.empty(0)
+        self._start = 0
+        self._end = 0
+        self._appended = 0  # windows ever appended, so positions survive trimming
+        self._last_finite: tuple[int, float] | None = None  # (position, value)
+        self.last_end_s: float | None = None
 
     def extend(self, windows: Windows) -> None:
-        if windows.values.size == 0:
+        new = np.asarray(windows.values, dtype=np.float64)[-self.max_windows :]
+        if new.size == 0:
             return
-        self._values.extend(windows.values.tolist())
-        self._array = None
+        kept = min(len(self), self.max_windows - new.size)
+        if self._end + new.size > self._buffer.size:
+            buffer = np.empty(self.max_windows + self._room)
+            buffer[:kept] = self._buffer[self._end - kept : self._end]
+            self._buffer, self._start, self._end = buffer, 0, kept
+        self._buffer[self._end : self._end + new.size] = new
+        self._end += new.size
+        self._start = self._end - kept - new.size
+        finite = np.flatnonzero(np.isfinite(new))
+        skipped = windows.values.size - new.size
+        if finite.size:
+            last = int(finite[-1])
+            self._last_finite = (self._appended + skipped + last, float(new[last]))
+        self._appended += windows.values.size
         self.last_end_s = float(windows.end_timestamps_s[-1])
 
     def __len__(self) -> int:
-        return len(self._values)
+        return self._end - self._start
 
     def __getstate__(self) -> dict[str, object]:
-        # the cached array is rebuilt on demand; a fit shipped to a worker need not carry it
-        return {**self.__dict__, "_array": None}
+        # ship the live values only, not the room to grow
+        return {**self.__dict__, "_buffer": self.array().copy(), "_start": 0, "_end": len(self)}
+
+    def copy(self) -> WindowHistory:
+        twin = WindowHistory(max_windows=self.max_windows)
+        twin.__dict__.update(self.__getstate__())
+        return twin
 
     def array(self) -> FloatArray:
-        """The values, oldest first; read-only, and built once per change (a forecast is
-        asked for every tick, a window closes every few minutes)."""
-        if self._array is None:
-            built = np.fromiter(self._values, dtype=np.float64, count=len(self._values))
-            built.flags.writeable = False
-            self._array = built
-        return self._array
+        """The values, oldest first; read-only, and never changed by later appends."""
+        view = self._buffer[self._start : self._end]
+        view.flags.writeable = False
+        return view
 
     def last_observed(self) -> float | None:
-        """The newest finite value, however old; None when every window is missing."""
-        for value in reversed(self._values):
-            if np.isfinite(value):
-                return value
-        return None
+        """The newest finite value still in the history; None when every window is missing."""
+        if self._last_finite is None or self._last_finite[0] < self._appended - len(self):
+            return None
+        return self._last_finite[1]
 
 
 def upper_quantile_of_errors(

@@ -103,6 +103,11 @@ class WindowAccumulator:
         self._open: dict[int, tuple[float, int]] = {}  # index -> (sum, count) of finite values
         self.late_observations = 0
 
+    def copy(self) -> WindowAccumulator:
+        twin = WindowAccumulator(step_s=self.step_s)
+        twin.__dict__.update({**self.__dict__, "_open": dict(self._open)})
+        return twin
+
     @property
     def last_closed_end_s(self) -> float | None:
         return None if self._last_closed is None else self._last_closed * self.step_s
@@ -141,11 +146,16 @@ class WindowAccumulator:
                 " are the timestamps in seconds?"
             )
         out = np.full(closed_through - first + 1, np.nan)
-        for k in [k for k in self._open if k <= closed_through]:
-            total, count = self._open.pop(k)
+        still_open: dict[int, tuple[float, int]] = {}
+        for k, (total, count) in self._open.items():
+            if k > closed_through:
+                still_open[k] = (total, count)
+                continue
             mean = total / count
             # A sum of huge finite values can overflow; that window is unusable, not infinite.
             out[k - first] = mean if math.isfinite(mean) else math.nan
+        # a new dict: one emptied by pops keeps the size of a back-fill's thousands of windows
+        self._open = still_open
         self._last_closed = closed_through
         out.flags.writeable = False
         return Windows(first_end_s=first * self.step_s, step_s=self.step_s, values=out)

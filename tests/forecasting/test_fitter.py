@@ -13,6 +13,7 @@ import pytest
 
 from forecasting.fitter import BackgroundFitter
 from forecasting.models import make_forecaster
+from forecasting.series import Series
 from forecasting.state_space import DailyStateSpace
 from tests.forecasting.traces import servegen_rates
 
@@ -102,6 +103,24 @@ def test_fits_are_staggered_one_at_a_time() -> None:
         assert fitter.tick(now_s=615) == 1  # only the first is due again
 
 
+def test_up_to_max_fits_in_flight_are_queued_on_one_worker_per_tick() -> None:
+    ends, rates = five_minute_m_small(days=1)
+    make = functools.partial(make_forecaster, "seasonal_naive", step_s=FIVE_MIN_S)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        fitter: BackgroundFitter[str] = BackgroundFitter(
+            make_forecaster=make, executor=pool, refit_interval_s=600, max_fits_in_flight=3
+        )
+        for key in "abcde":
+            fitter.observe(key, ends.tolist(), rates.tolist())
+        assert fitter.tick(now_s=0) == 3
+        assert fitter.fits_in_flight == 3
+        for state in fitter._series.values():
+            if state.in_flight is not None:
+                state.in_flight.result(timeout=30)
+        assert fitter.tick(now_s=15) == 2  # three collected, the last two submitted
+        assert [fitter.fits_completed(k) for k in "abcde"] == [1, 1, 1, 0, 0]
+
+
 def _in_flight(fitter: BackgroundFitter[str]) -> str:
     (key,) = [k for k, s in fitter._series.items() if s.in_flight is not None]
     return key
@@ -160,27 +179,38 @@ def test_observations_going_back_in_time_are_refused() -> None:
             fitter.observe("x", [50.0], [1.0])
 
 
-def test_history_is_bounded_and_a_fit_in_flight_still_replays_what_it_missed() -> None:
+def test_a_fit_starts_from_the_resampled_windows_and_replays_what_it_missed() -> None:
     ends, rates = five_minute_m_small(days=3)
-    make = functools.partial(make_forecaster, "persistence", step_s=FIVE_MIN_S)
+    make = functools.partial(
+        make_forecaster, "seasonal_naive", step_s=FIVE_MIN_S, max_history_s=86_400
+    )
+    # Ticks every 15 s around their window's rate, as the service records them.
+    ticks = np.concatenate([np.arange(end - 285.0, end + 1, 15.0) for end in ends])
+    values = np.repeat(rates, 20) * (1 + 0.01 * np.tile(np.arange(20), rates.size))
     with ThreadPoolExecutor(max_workers=1) as pool:
         fitter: BackgroundFitter[str] = BackgroundFitter(
-            make_forecaster=make, executor=pool, refit_interval_s=60, max_history_s=86_400
+            make_forecaster=make, executor=pool, refit_interval_s=60
         )
-        fitter.observe("x", ends[:400].tolist(), rates[:400].tolist())
+        first = (ends.size - 100) * 20 + 7  # into a window of the last day, which stays open
+        fitter.observe("x", ticks[:first].tolist(), values[:first].tolist())
         fitter.tick(now_s=0)
         state = fitter._series["x"]
         state.in_flight.result(timeout=30)  # finished, but not collected until the next tick
-        for i in range(400, ends.size - 1):
-            fitter.observe("x", [float(ends[i])], [float(rates[i])])
-        # Trimming stops at what the in-flight fit has not seen (row 400 on).
-        assert state.dropped <= 400
-        assert state.timestamps_s[0] <= ends[400]
+        for i in range(first, ticks.size - 1):
+            fitter.observe("x", [float(ticks[i])], [float(values[i])])
+        assert len(state.replay_timestamps_s) == ticks.size - 1 - first
         fitter.tick(now_s=1)
         assert fitter.fits_completed("x") == 1
-        assert state.forecaster.last_window_end_s == ends[-2]
-        fitter.observe("x", [float(ends[-1])], [float(rates[-1])])
-    # With nothing in flight the buffer is cut back to about a day.
-    assert state.timestamps_s[-1] - state.timestamps_s[0] <= 1.1 * 86_400
-    assert state.dropped > 400
-    assert fitter.forecast("x", 300).point == rates[-1]
+        assert state.replay_timestamps_s == []
+        fitter.observe("x", [float(ticks[-1])], [float(values[-1])])
+
+    # The new model has seen exactly what one fed every observation directly has: the open
+    # window's sums went with the snapshot, the rest was replayed.
+    direct = make()
+    direct.fit(Series(ticks, values))
+    model = state.forecaster
+    assert model.last_window_end_s == direct.last_window_end_s == ends[-1]
+    np.testing.assert_array_equal(model._history.array(), direct._history.array())
+    assert len(model._history) == 288  # bounded by the forecaster's day of history
+    assert model.forecast(3600) == direct.forecast(3600)
+    assert model.forecast(3600).fallback_reason is None
