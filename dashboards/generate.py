@@ -441,17 +441,17 @@ def controller_dashboard() -> dict[str, Any]:
         ),
         timeseries(
             6,
-            "Policy errors",
-            "Bad gang-autoscaler.io annotations found per second, by LWS and annotation. The "
-            "component holds and a Warning Event names the problem.",
+            "Policy problems",
+            "Bad gang-autoscaler.io annotations now, by LWS and annotation: the component "
+            "holds until they are fixed, and a Warning Event on the LWS names the problem. "
+            "No line is healthy.",
             [
                 (
-                    "sum by (namespace, lws, annotation) "
-                    "(rate(gang_autoscaler_policy_errors_total[$__rate_interval]))",
+                    "max by (namespace, lws, annotation) (gang_autoscaler_policy_problems)",
                     "{{namespace}}/{{lws}} {{annotation}}",
                 )
             ],
-            unit="ops",
+            unit="none",
             grid=(12, 16, 12, 8),
         ),
         timeseries(

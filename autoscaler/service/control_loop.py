@@ -16,6 +16,7 @@ scale-down window) is warm when it takes over. Dry-run decides everything and wr
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -434,9 +435,11 @@ class ControlLoop:
     # -- report ---------------------------------------------------------------------------
 
     def _count_policy_problems(self, state: KubeState) -> None:
+        current: collections.Counter[tuple[str, str, str]] = collections.Counter()
         for key, problems in state.problems.items():
             version = state.components[key].discovered.resource_version
             for problem in problems:
+                current[(key.namespace, key.lws, problem.annotation)] += 1
                 seen = (key, version, problem.annotation)
                 if seen in self._policy_problems_seen:
                     continue
@@ -450,6 +453,7 @@ class ControlLoop:
                     problem,
                     extra={"component_key": str(key), "annotation": problem.annotation},
                 )
+        self._metrics.set_policy_problems(current)
 
     def _report(
         self,

@@ -193,6 +193,14 @@ class ServiceMetrics:
             ["namespace", "lws", "annotation"],
             registry=r,
         )
+        self.policy_problems = Gauge(
+            PREFIX + "policy_problems",
+            "Problems in each LeaderWorkerSet's policy annotations now, by annotation key; "
+            "its component holds while the series exists.",
+            ["namespace", "lws", "annotation"],
+            registry=r,
+        )
+        self._policy_problem_series: set[tuple[str, str, str]] = set()
         self.tick_duration = Histogram(
             PREFIX + "tick_duration_seconds",
             "Wall time of one control-loop tick.",
@@ -312,6 +320,15 @@ class ServiceMetrics:
 
     def count_policy_error(self, *, namespace: str, lws: str, annotation: str) -> None:
         self.policy_errors.labels(namespace, lws, annotation).inc()
+
+    def set_policy_problems(self, problems: Mapping[tuple[str, str, str], int]) -> None:
+        """The current problems by (namespace, lws, annotation); series of problems that
+        went away are removed (a fixed annotation leaves no series behind)."""
+        for gone in self._policy_problem_series - problems.keys():
+            _remove(self.policy_problems, gone)
+        for labels, count in problems.items():
+            self.policy_problems.labels(*labels).set(count)
+        self._policy_problem_series = set(problems)
 
     def observe_tick(self, *, duration_s: float, finished_at_s: float, queries: int) -> None:
         self.tick_duration.observe(duration_s)

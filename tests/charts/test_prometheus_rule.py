@@ -323,12 +323,10 @@ def _errors(pod: str, kind: str) -> dict[str, str]:
     return replica.series("gang_autoscaler_errors_total")
 
 
-def _policy_errors(pod: str) -> dict[str, str]:
+def _policy_problems(pod: str) -> dict[str, str]:
     replica = Replica(pod)
-    replica.metrics.count_policy_error(
-        namespace="serving", lws="llama-decode", annotation=BAD_ANNOTATION
-    )
-    return replica.series("gang_autoscaler_policy_errors_total")
+    replica.metrics.set_policy_problems({("serving", "llama-decode", BAD_ANNOTATION): 1})
+    return replica.series("gang_autoscaler_policy_problems")
 
 
 SERVICE_NAMESPACE = {"namespace": NAMESPACE}
@@ -487,28 +485,36 @@ CASES = [
         ),
         id="healthy-errors-that-stopped",
     ),
-    # -- policy errors: any increase, at once
+    pytest.param(
+        Case(
+            "GangAutoscalerErrors",
+            [(_errors(A, "stale_view"), "0+4x60")],
+            {"45m": []},
+        ),
+        id="healthy-stale-view-left-to-its-own-alert",
+    ),
+    # -- policy errors: while a replica reports the problem, at once
     pytest.param(
         Case(
             "GangAutoscalerPolicyErrors",
-            # Both replicas find it at 5m; a counter is born at 1.
-            [(_policy_errors(A), "_x5 1x25"), (_policy_errors(B), "_x5 1x25")],
-            {"6m": [POLICY_ALERT], "14m": [POLICY_ALERT], "16m": []},
+            # Both replicas find it at 5m; it is fixed at 25m.
+            [(_policy_problems(A), "_x5 1x20"), (_policy_problems(B), "_x5 1x20")],
+            {"6m": [POLICY_ALERT], "24m": [POLICY_ALERT], "31m": []},
         ),
-        id="policy-error-found",
+        id="policy-problem-until-fixed",
     ),
     pytest.param(
         Case(
             "GangAutoscalerPolicyErrors",
-            # Known since the start; the LWS is edited at 11m and still bad.
-            [(_policy_errors(A), "1x10 2x20")],
-            {"10m": [], "12m": [POLICY_ALERT], "22m": []},
+            # Found at 2m by one replica and never fixed: it does not fade.
+            [(_policy_problems(A), "_x2 1x60")],
+            {"1m": [], "45m": [POLICY_ALERT]},
         ),
-        id="policy-error-again-after-an-edit",
+        id="policy-problem-that-stays",
     ),
     pytest.param(
-        Case("GangAutoscalerPolicyErrors", [(_policy_errors(A), "1x30")], {"15m": [], "25m": []}),
-        id="healthy-no-new-policy-error",
+        Case("GangAutoscalerPolicyErrors", [(_policy_problems(A), "0x30")], {"15m": []}),
+        id="healthy-no-policy-problem",
     ),
 ]
 
@@ -618,10 +624,10 @@ LAST_TICK = f"gang_autoscaler_last_tick_timestamp_seconds{SERVICE_SELECTOR}"
         ),
         pytest.param(
             "GangAutoscalerPolicyErrors",
-            " or ",
-            " and ",
-            "policy-error-found",
-            id="policy-new-series-ignored",
+            "max by (namespace, lws, annotation) (",
+            "max by (namespace, lws) (",
+            "policy-problem-until-fixed",
+            id="policy-without-the-annotation",
         ),
     ],
 )

@@ -90,6 +90,7 @@ class ServiceStandIn:
         m.count_policy_error(
             namespace=NAMESPACE, lws="mistral", annotation="gang-autoscaler.io/max-replicas"
         )
+        m.set_policy_problems({(NAMESPACE, "mistral", "gang-autoscaler.io/max-replicas"): 1})
         while not self._stop.is_set():
             started = time.monotonic()
             desired = self.desired_decode_gangs

@@ -24,6 +24,7 @@ NAMESPACES = (
     "sigterm",
     "leader",
     "restart",
+    "badpolicy",
 )
 
 

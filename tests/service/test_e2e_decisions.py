@@ -173,3 +173,56 @@ async def test_dry_run_annotation_spares_only_that_lws(kube: FakeKube, live: Liv
         assert balloon_pods(kube, ns, DECODE) == []
     finally:
         await running.close()
+
+
+async def test_a_bad_annotation_is_reported_while_it_lasts(kube: FakeKube, live: Live) -> None:
+    ns = "badpolicy"
+    annotation = "gang-autoscaler.io/max-replicas"
+    kube.add_namespace(ns)
+    for manifest in pd_manifests(ns, {DECODE: {annotation: "ten"}}):
+        kube.apply(manifest)
+    live.exporter.set_lws(namespace=ns, lws=PREFILL, waiting=0, kv_usage_fraction=0.5)
+    live.exporter.set_lws(namespace=ns, lws=DECODE, waiting=20, kv_usage_fraction=0.9)
+    running = await start_service(kube, settings_for(live.prometheus.url))
+    labels = {"namespace": ns, "lws": DECODE, "annotation": annotation}
+    try:
+
+        async def ticks() -> int:
+            value = await running.metric("gang_autoscaler_tick_duration_seconds_count")
+            return int(value or 0)
+
+        first = await ticks()
+
+        async def ticked_thrice() -> bool:
+            return await ticks() >= first + 3
+
+        await wait_until(ticked_thrice, timeout_s=20, what="three ticks")
+        # Counted once (one finding), reported on every tick while the annotation is bad.
+        assert await running.metric("gang_autoscaler_policy_errors_total", **labels) == 1
+        assert await running.metric("gang_autoscaler_policy_problems", **labels) == 1
+        _, body = await running.get("/decisions")
+        assert body["components"][f"{ns}/{DECODE}"]["plan"]["reason"] == "hold_policy_error"
+        assert spec_gangs(kube, ns, DECODE) == 2
+
+        kube.patch(
+            kube.resource("leaderworkersets"),
+            ns,
+            DECODE,
+            {"metadata": {"annotations": {annotation: "4"}}},
+            content_type="application/merge-patch+json",
+        )
+
+        async def fixed() -> bool:
+            return await running.metric("gang_autoscaler_policy_problems", **labels) is None
+
+        await wait_until(fixed, timeout_s=20, what="the problem series removed")
+        assert await running.metric("gang_autoscaler_policy_errors_total", **labels) == 1
+
+        async def planned_again() -> bool:
+            _, body = await running.get("/decisions")
+            plan = body["components"][f"{ns}/{DECODE}"]["plan"]
+            return plan["reason"] != "hold_policy_error" and plan["desired_gangs"] > 2
+
+        await wait_until(planned_again, timeout_s=20, what="decode planned once its policy is good")
+    finally:
+        await running.close()
