@@ -91,13 +91,20 @@ def fit_executor() -> ProcessPoolExecutor:
 
 
 def _stop_executor(executor: Executor) -> None:
+    # Read before `shutdown`, which drops both references.
+    processes = list((getattr(executor, "_processes", None) or {}).values())
+    manager = getattr(executor, "_executor_manager_thread", None)
     executor.shutdown(wait=False, cancel_futures=True)
     # A fit in progress would otherwise hold up the exit until it ends; its result is not
     # needed (the next start back-fills and fits again).
-    processes = getattr(executor, "_processes", None) or {}
-    for process in list(processes.values()):
+    for process in processes:
         with contextlib.suppress(Exception):
             process.terminate()
+    # The pool's manager thread sees the worker gone and closes its pipes. Left to run into
+    # interpreter exit, it races Python 3.11's exit hook, which may write to a pipe being
+    # closed ("Exception ignored ... Bad file descriptor").
+    if manager is not None:
+        manager.join(timeout=5.0)
 
 
 class Service:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -18,7 +19,7 @@ from autoscaler.adapters.kube_state import build_state
 from autoscaler.core.decision import plan as core_plan
 from autoscaler.core.gang_plan import ComponentPlan, GangPlan, Memory, Reason
 from autoscaler.core.model import ComponentKey
-from autoscaler.service.app import lease_timing
+from autoscaler.service.app import _stop_executor, fit_executor, lease_timing
 from autoscaler.service.control_loop import TickRecord, plan_isolated, seed_memory
 from autoscaler.service.decisions_view import decisions_view
 from autoscaler.service.forecasts import DemandForecasts
@@ -192,3 +193,22 @@ def test_forecast_horizon_counts_from_now_not_from_the_last_closed_window() -> N
     assert found is not None
     assert found.horizon_s == 300.0  # reported from now, as the plan reasons with it
     assert found.point == pytest.approx(1000.0)
+
+
+def test_stopping_the_fit_pool_ends_a_fit_in_progress() -> None:
+    executor = fit_executor()
+    fitting = executor.submit(time.sleep, 60)  # a fit far longer than any real one
+    while not executor._processes or not all(p.is_alive() for p in executor._processes.values()):
+        time.sleep(0.05)
+    workers = list(executor._processes.values())
+    manager = executor._executor_manager_thread
+    started = time.monotonic()
+    _stop_executor(executor)
+    # The worker is gone and the pool's thread has closed its pipes: the service exits now,
+    # not after the fit, and nothing is left to race the interpreter's exit.
+    assert time.monotonic() - started < 5
+    for worker in workers:
+        worker.join(timeout=5)
+        assert not worker.is_alive()
+    assert manager is not None and not manager.is_alive()
+    assert fitting.done()
