@@ -21,7 +21,7 @@ from kubernetes_asyncio import client
 
 from autoscaler.adapters.kube_adapter import KubeAdapter
 from autoscaler.adapters.kube_cache import WatchCache
-from autoscaler.adapters.kube_errors import status_message
+from autoscaler.adapters.kube_errors import NotLeader, status_message
 from autoscaler.adapters.kube_objects import LWS_GROUP, LWS_PLURAL, LWS_VERSION
 from autoscaler.adapters.lws_scaler import ScaleResult
 from autoscaler.core.decision import plan as core_plan
@@ -347,6 +347,63 @@ async def test_a_dropped_connection_fails_one_component_and_the_others_are_still
     assert spec_replicas(kube, "llama-prefill") == 2
     assert any("no answer" in f for f in report.components[PREFILL].balloons.failed)
     assert balloon_pods(kube, "llama-prefill") == []
+
+
+async def test_components_are_written_concurrently_so_a_slow_write_holds_up_no_other(kube, adapter):
+    add_gpu_nodes(kube, 8)
+    add_pd(kube)
+    await settle(adapter, kube)
+    state = adapter.snapshot(now_s=time.time())
+    # decode comes first in the pass; its /scale gets no answer for 5 s, then the connection
+    # drops
+    kube.inject_fault(
+        code=0, method="PATCH", path_contains="llama-decode/scale", action="stall", stall_s=5
+    )
+    plan = GangPlan(
+        {
+            DECODE: component_plan(DECODE, current=1, desired=2),
+            PREFILL: component_plan(PREFILL, current=1, desired=2),
+        }
+    )
+    passing = asyncio.create_task(adapter.apply(plan, state, dry_run=False))
+    deadline = time.monotonic() + 3
+    while spec_replicas(kube, "llama-prefill") != 2:
+        assert time.monotonic() < deadline, "prefill waited for decode's stalled write"
+        await asyncio.sleep(0.05)
+    assert not passing.done()
+    report = await passing
+    assert report.components[PREFILL].scale.result is ScaleResult.SCALED
+    assert report.components[DECODE].scale.result is ScaleResult.FAILED
+    assert list(report.components) == [
+        DECODE,
+        PREFILL,
+    ]  # reported in order, whatever finished first
+
+
+async def test_a_lease_lost_mid_pass_stops_every_component_before_its_next_write(kube, api):
+    add_gpu_nodes(kube, 8)
+    add_pd(kube)
+
+    def may_write() -> bool:  # the lease is lost as soon as the first /scale is served
+        return not kube.requests("PATCH", "/scale")
+
+    adapter = KubeAdapter(api, watch_timeout_s=30, event_instance="test-0", may_write=may_write)
+    await adapter.start(sync_timeout_s=5)
+    try:
+        await settle(adapter, kube)
+        plan = GangPlan(
+            {
+                DECODE: component_plan(DECODE, current=1, desired=2, balloons=1),
+                PREFILL: component_plan(PREFILL, current=1, desired=2, balloons=1),
+            }
+        )
+        with pytest.raises(NotLeader):
+            await adapter.apply(plan, adapter.snapshot(now_s=time.time()), dry_run=False)
+    finally:
+        await adapter.close()
+    # each component checked the lease before its /scale; none went on to its balloon gang
+    assert 1 <= len(kube.requests("PATCH", "/scale")) <= 2
+    assert kube.requests("POST", "/pods") == []
 
 
 async def test_a_balloon_member_created_without_an_answer_is_not_left_behind(kube, adapter):
