@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import ValidationError
 
+from autoscaler.adapters.kube_discovery import with_defaults
 from autoscaler.core.model import ComponentKey, DeploymentKey
 from autoscaler.core.policy import (
     PREFIX,
@@ -28,6 +30,7 @@ from autoscaler.core.policy import (
     validate_deployment,
 )
 from autoscaler.core.shape import QuantityError, gang_shape_from_lws
+from autoscaler.service.settings import BufferDefaults
 
 LWS_API_GROUP = "leaderworkerset.x-k8s.io/"
 
@@ -51,8 +54,17 @@ def _is_lws(doc: Mapping[str, Any]) -> bool:
 
 def check_documents(
     documents: Iterable[tuple[str, Mapping[str, Any]]],
+    *,
+    default_annotations: Mapping[str, str] | None = None,
 ) -> tuple[list[Finding], int]:
-    """Check (source, object) pairs. Returns the findings and how many opted-in LWS were seen."""
+    """Check (source, object) pairs. Returns the findings and how many opted-in LWS were seen.
+
+    `default_annotations` are laid under each LWS's own as the service lays them (the
+    operator's buffer bounds): a check that ignored them would reject what the service runs.
+    """
+    defaults = dict(
+        BufferDefaults().annotations() if default_annotations is None else default_annotations
+    )
     findings: list[Finding] = []
     policies: dict[ComponentKey, Policy] = {}
     unparsed: dict[ComponentKey, frozenset[str]] = {}
@@ -93,7 +105,7 @@ def check_documents(
                 Finding(source, str(key), "spec.leaderWorkerTemplate", f"malformed: {err}")
             )
         try:
-            policies[key] = parse_policy(annotations, lws_name=name)
+            policies[key] = parse_policy(with_defaults(annotations, defaults), lws_name=name)
         except PolicyError as err:
             findings.extend(Finding(source, str(key), p.annotation, p.detail) for p in err.problems)
             # What did parse is still checked against the other components of its deployment,
@@ -164,8 +176,19 @@ def _objects(
 
 
 def run(args: argparse.Namespace) -> int:
+    try:
+        buffer = BufferDefaults(
+            min_gangs=args.default_min_buffer, max_gangs=args.default_max_buffer
+        )
+    except ValidationError as err:
+        why = err.errors()[0]["msg"].removeprefix("Value error, ")
+        why = why.replace("min_gangs", "--default-min-buffer").replace(
+            "max_gangs", "--default-max-buffer"
+        )
+        print(f"gang-autoscaler check: {why}", file=sys.stderr)
+        return 2
     documents, findings = _read(args.files)
-    checked, seen = check_documents(documents)
+    checked, seen = check_documents(documents, default_annotations=buffer.annotations())
     findings.extend(checked)
     for finding in findings:
         print(finding)
@@ -184,4 +207,21 @@ def add_parser(subparsers: Any) -> None:
         "objects in YAML manifests. Prints one line per problem and exits 1 on any.",
     )
     parser.add_argument("files", nargs="+", metavar="FILE", help="YAML manifest files")
+    defaults = BufferDefaults()
+    parser.add_argument(
+        "--default-min-buffer",
+        type=int,
+        default=defaults.min_gangs,
+        metavar="N",
+        help="min-buffer for an LWS that sets none, as the service is run with (the chart's "
+        f"buffer.minGangs; default {defaults.min_gangs})",
+    )
+    parser.add_argument(
+        "--default-max-buffer",
+        type=int,
+        default=defaults.max_gangs,
+        metavar="N",
+        help="max-buffer for an LWS that sets none (the chart's buffer.maxGangs; default "
+        f"{defaults.max_gangs})",
+    )
     parser.set_defaults(func=run)

@@ -36,7 +36,6 @@ from autoscaler.adapters.kube_client import new_api_client
 from autoscaler.adapters.kube_errors import KubeAdapterError
 from autoscaler.adapters.leader_election import LeaderElector
 from autoscaler.adapters.prometheus_source import PrometheusSource
-from autoscaler.core.policy import PREFIX
 from autoscaler.service.capacity_restore import CapacityRestore
 from autoscaler.service.control_loop import ControlLoop
 from autoscaler.service.decisions_view import decisions_view
@@ -156,10 +155,7 @@ class Service:
             can_grow=settings.cluster_can_grow,
             watch_staleness_limit_s=settings.watch_staleness_limit_s,
             event_instance=self.identity,
-            default_annotations={
-                PREFIX + "min-buffer": str(settings.buffer.min_gangs),
-                PREFIX + "max-buffer": str(settings.buffer.max_gangs),
-            },
+            default_annotations=settings.buffer.annotations(),
         )
         self.prometheus = PrometheusSource(
             url=settings.prometheus_url,

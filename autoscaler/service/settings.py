@@ -36,7 +36,7 @@ from pydantic_settings import (
 )
 
 from autoscaler.adapters.prometheus_queries import PrometheusQueries
-from autoscaler.core.policy import parse_duration
+from autoscaler.core.policy import PREFIX, parse_duration
 from forecasting.models import MODELS, PLANNING_MODEL
 
 ENV_PREFIX = "GANG_AUTOSCALER_"
@@ -94,6 +94,13 @@ class BufferDefaults(BaseModel):
         if self.min_gangs > self.max_gangs:
             raise ValueError(f"min_gangs ({self.min_gangs}) is above max_gangs ({self.max_gangs})")
         return self
+
+    def annotations(self) -> dict[str, str]:
+        """As the default annotations an LWS's own annotations are laid over."""
+        return {
+            PREFIX + "min-buffer": str(self.min_gangs),
+            PREFIX + "max-buffer": str(self.max_gangs),
+        }
 
 
 def _split_namespaces(value: Any) -> Any:

@@ -143,6 +143,30 @@ def test_check_rejects(tmp_path, capsys, components, expected):
     assert f"{path}: {expected}" in out
 
 
+@pytest.mark.parametrize(
+    ("own", "flags"),
+    [
+        # the service's default max-buffer (2) yields to an LWS's own min-buffer
+        pytest.param({PREFIX + "min-buffer": "3"}, [], id="own-min-over-the-default-max"),
+        # and a chart's default min-buffer yields to an LWS's own max-buffer
+        pytest.param(
+            {PREFIX + "max-buffer": "0"}, ["--default-min-buffer", "1"], id="own-max-under-min"
+        ),
+    ],
+)
+def test_check_lays_the_buffer_defaults_under_as_the_service_does(tmp_path, capsys, own, flags):
+    path = manifest(tmp_path, ("a", own))
+    assert main(["check", *flags, str(path)]) == 0
+    assert capsys.readouterr().out == ""
+
+
+def test_check_refuses_buffer_defaults_the_service_would_refuse(tmp_path, capsys):
+    path = manifest(tmp_path, ("a", {}))
+    flags = ["--default-min-buffer", "3", "--default-max-buffer", "1"]
+    assert main(["check", *flags, str(path)]) == 2
+    assert "--default-min-buffer (3) is above --default-max-buffer (1)" in capsys.readouterr().err
+
+
 def test_check_accepts_a_consistent_pd_deployment(tmp_path, capsys):
     path = manifest(tmp_path, *pd())
     assert main(["check", str(path)]) == 0
