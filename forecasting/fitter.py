@@ -12,7 +12,7 @@ The fitter keeps no observations of its own. A fit starts from a copy of what th
 forecaster has already resampled (its closed windows and the open one, `GridForecaster.seen`),
 and only the observations that arrive while a fit runs are held, to be replayed onto the new
 model. Memory per series is the forecaster's window history (two weeks of 5-minute windows:
-32 KiB), whatever the tick.
+about 40 KiB) and its model, whatever the tick.
 
 Use a process pool (`ProcessPoolExecutor(max_workers=1, mp_context=spawn)`): statsmodels'
 optimizer and Kalman filter hold the GIL for long stretches, so a fit in a thread stalls the

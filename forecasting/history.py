@@ -25,9 +25,6 @@ class WindowHistory:
             raise ValueError(f"max_windows must be >= 1, got {max_windows}")
         self.max_windows = max_windows
         self._room = max(16, max_windows // 4)
-        self.clear()
-
-    def clear(self) -> None:
         self._buffer: FloatArray = np.empty(0)
         self._start = 0
         self._end = 0

@@ -81,15 +81,25 @@ async def test_loop_keeps_ticking_while_a_slow_fit_runs_in_a_process() -> None:
     assert model.last_window_end_s == ends[fed - 1]
 
 
+def fitter_of(
+    pool: ThreadPoolExecutor, keys: str, *, model: str, days: int, max_fits_in_flight: int
+) -> BackgroundFitter[str]:
+    """A fitter refitting every 600 s, each key fed the same `days` of m-small."""
+    ends, rates = five_minute_m_small(days=days)
+    fitter: BackgroundFitter[str] = BackgroundFitter(
+        make_forecaster=functools.partial(make_forecaster, model, step_s=FIVE_MIN_S),
+        executor=pool,
+        refit_interval_s=600,
+        max_fits_in_flight=max_fits_in_flight,
+    )
+    for key in keys:
+        fitter.observe(key, ends.tolist(), rates.tolist())
+    return fitter
+
+
 def test_fits_are_staggered_one_at_a_time() -> None:
-    ends, rates = five_minute_m_small(days=3)
-    make = functools.partial(make_forecaster, "state_space", step_s=FIVE_MIN_S)
     with ThreadPoolExecutor(max_workers=1) as pool:
-        fitter: BackgroundFitter[str] = BackgroundFitter(
-            make_forecaster=make, executor=pool, refit_interval_s=600, max_fits_in_flight=1
-        )
-        for key in ("a", "b", "c"):
-            fitter.observe(key, ends.tolist(), rates.tolist())
+        fitter = fitter_of(pool, "abc", model="state_space", days=3, max_fits_in_flight=1)
         assert fitter.tick(now_s=0) == 1
         assert fitter.tick(now_s=0) == 0  # one in flight already
         for now in (10, 20):
@@ -104,14 +114,8 @@ def test_fits_are_staggered_one_at_a_time() -> None:
 
 
 def test_up_to_max_fits_in_flight_are_queued_on_one_worker_per_tick() -> None:
-    ends, rates = five_minute_m_small(days=1)
-    make = functools.partial(make_forecaster, "seasonal_naive", step_s=FIVE_MIN_S)
     with ThreadPoolExecutor(max_workers=1) as pool:
-        fitter: BackgroundFitter[str] = BackgroundFitter(
-            make_forecaster=make, executor=pool, refit_interval_s=600, max_fits_in_flight=3
-        )
-        for key in "abcde":
-            fitter.observe(key, ends.tolist(), rates.tolist())
+        fitter = fitter_of(pool, "abcde", model="seasonal_naive", days=1, max_fits_in_flight=3)
         assert fitter.tick(now_s=0) == 3
         assert fitter.fits_in_flight == 3
         for state in fitter._series.values():
