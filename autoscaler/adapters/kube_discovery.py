@@ -29,6 +29,8 @@ from autoscaler.core.policy import (
 )
 from autoscaler.core.shape import GangShape, QuantityError, gang_shape_from_lws
 
+DISAGGREGATED_SET_KIND = "DisaggregatedSet"
+
 
 @dataclass(frozen=True, slots=True)
 class ParsedLws:
@@ -78,17 +80,55 @@ def with_defaults(own: Mapping[str, str], defaults: Mapping[str, str]) -> dict[s
     return merged
 
 
+def controller_problem(obj: Mapping[str, Any]) -> PolicyProblem | None:
+    """The problem of an LWS that another controller owns, or None.
+
+    A controller that creates an LWS (a DisaggregatedSet role, or another operator) writes
+    the LWS's `spec.replicas` from its own spec on every reconcile. Writes to the LWS's
+    `/scale` would be reverted within seconds, and each write and revert starts or deletes a
+    gang. The scaler's foreign-writer hold would only slow that cycle down, so such an LWS
+    is never scaled.
+    """
+    owners = (obj.get("metadata") or {}).get("ownerReferences") or ()
+    owner = next(
+        (o for o in owners if isinstance(o, Mapping) and o.get("controller") is True), None
+    )
+    if owner is None:
+        return None
+    return controlled_by(str(owner.get("kind", "?")), str(owner.get("name", "?")))
+
+
+def controlled_by(kind: str, name: str) -> PolicyProblem:
+    """An opted-in LWS whose replicas `kind` `name` sets (`controller_problem`)."""
+    message = (
+        f"this LWS is controlled by {kind} {name}, which sets its spec.replicas: scaling it "
+        "here would fight that controller, so the component holds"
+    )
+    if kind == DISAGGREGATED_SET_KIND:
+        message += (
+            "; a DisaggregatedSet role is scaled through its DisaggregatedSetRoleScaler "
+            "(scaling.mode: External), which gang-autoscaler does not write"
+        )
+    return PolicyProblem(PREFIX + "enabled", None, message)
+
+
 def parse_lws(
     lws: Obj, *, key: ComponentKey, default_annotations: Mapping[str, str] | None = None
 ) -> ParsedLws:
     problems: list[PolicyProblem] = []
     policy: Policy | None = None
-    try:
-        policy = parse_policy(
-            with_defaults(annotations_of(lws), default_annotations or {}), lws_name=key.lws
-        )
-    except PolicyError as err:
-        problems.extend(err.problems)
+    owned = controller_problem(lws)
+    if owned is not None:
+        # Not ours to scale, whatever the annotations say: without a policy the component
+        # and its deployment hold, as for annotations that do not parse.
+        problems.append(owned)
+    else:
+        try:
+            policy = parse_policy(
+                with_defaults(annotations_of(lws), default_annotations or {}), lws_name=key.lws
+            )
+        except PolicyError as err:
+            problems.extend(err.problems)
     shape: GangShape | None = None
     try:
         shape = gang_shape_from_lws(lws)
@@ -141,7 +181,7 @@ class DiscoveredComponent:
 
     key: ComponentKey
     lws: Mapping[str, Any]  # the object as last seen, for owner references and Events
-    policy: Policy | None  # None when its own annotations are invalid
+    policy: Policy | None  # None: its annotations are invalid, or another controller owns it
     problems: tuple[PolicyProblem, ...]  # its own and its deployment's; empty when usable
     shape: GangShape | None  # None when the templates' resources cannot be read
     template: str  # `template_digest`; a learned capacity per gang holds for one template

@@ -3,7 +3,9 @@
 Reads multi-document YAML, finds LeaderWorkerSet objects opted in with
 `gang-autoscaler.io/enabled: "true"`, and reports every problem the service would hold a
 component for, one line each: `file: namespace/name: annotation: problem`. Components of
-one deployment may sit in different files; they are checked together.
+one deployment may sit in different files; they are checked together. A DisaggregatedSet
+whose roles carry the annotations is reported too: the LWS each role becomes is the
+DisaggregatedSet's to scale.
 """
 
 from __future__ import annotations
@@ -18,7 +20,12 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from autoscaler.adapters.kube_discovery import with_defaults
+from autoscaler.adapters.kube_discovery import (
+    DISAGGREGATED_SET_KIND,
+    controlled_by,
+    controller_problem,
+    with_defaults,
+)
 from autoscaler.core.model import ComponentKey, DeploymentKey
 from autoscaler.core.policy import (
     PREFIX,
@@ -33,6 +40,7 @@ from autoscaler.core.shape import QuantityError, gang_shape_from_lws
 from autoscaler.service.settings import BufferDefaults
 
 LWS_API_GROUP = "leaderworkerset.x-k8s.io/"
+DISAGGREGATED_SET_API_GROUP = "disaggregatedset.x-k8s.io/"
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +58,42 @@ def _is_lws(doc: Mapping[str, Any]) -> bool:
     return doc.get("kind") == "LeaderWorkerSet" and str(doc.get("apiVersion", "")).startswith(
         LWS_API_GROUP
     )
+
+
+def _is_disaggregated_set(doc: Mapping[str, Any]) -> bool:
+    return doc.get("kind") == DISAGGREGATED_SET_KIND and str(doc.get("apiVersion", "")).startswith(
+        DISAGGREGATED_SET_API_GROUP
+    )
+
+
+def _mapping(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _opted_in_roles(source: str, doc: Mapping[str, Any]) -> list[Finding]:
+    """A DisaggregatedSet's roles whose LWS metadata opts in: the service would hold each
+    LWS the role becomes, since the DisaggregatedSet sets its replicas."""
+    metadata = _mapping(doc.get("metadata"))
+    name = str(metadata.get("name", "?"))
+    subject = f"{metadata.get('namespace') or 'default'}/{name}"
+    roles = _mapping(doc.get("spec")).get("roles")
+    if not isinstance(roles, list):
+        return []
+    findings = []
+    for index, role in enumerate(roles):
+        annotations = _mapping(_mapping(_mapping(role).get("metadata")).get("annotations"))
+        if any(str(k).startswith(PREFIX) for k in annotations):
+            problem = controlled_by(DISAGGREGATED_SET_KIND, name)
+            role_name = _mapping(role).get("name", index)
+            findings.append(
+                Finding(
+                    source,
+                    subject,
+                    f"spec.roles[{index}].metadata.annotations",
+                    f"role {role_name}: {problem.message}",
+                )
+            )
+    return findings
 
 
 def check_documents(
@@ -71,6 +115,9 @@ def check_documents(
     sources: dict[ComponentKey, str] = {}
     seen = 0
     for source, doc in documents:
+        if _is_disaggregated_set(doc):
+            findings.extend(_opted_in_roles(source, doc))
+            continue
         if not _is_lws(doc):
             continue
         metadata = doc.get("metadata") or {}
@@ -96,6 +143,10 @@ def check_documents(
             continue
         seen += 1
         sources[key] = source
+        owned = controller_problem(doc)
+        if owned is not None:
+            # Its annotations are still checked, and it still counts in its deployment.
+            findings.append(Finding(source, str(key), owned.annotation, owned.detail))
         try:
             gang_shape_from_lws(doc)
         except (QuantityError, ValueError, TypeError) as err:

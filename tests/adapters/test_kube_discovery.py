@@ -66,6 +66,39 @@ def test_a_bad_annotation_is_a_problem_not_an_exception():
     )
 
 
+def _owned_by(lws, kind, *, controller):
+    lws["metadata"]["ownerReferences"] = [
+        {"apiVersion": "disaggregatedset.x-k8s.io/v1", "kind": kind, "name": "llama",
+         "uid": "0b6f", "controller": controller},
+    ]  # fmt: skip
+    return lws
+
+
+def test_an_lws_another_controller_scales_is_held_with_its_deployment():
+    prefill, decode = _pd()
+    found = discover([_owned_by(prefill, "DisaggregatedSet", controller=True), decode])
+    owned = found[ComponentKey("serving", "llama-prefill")]
+    partner = found[ComponentKey("serving", "llama-decode")]
+    assert owned.policy is None and not owned.usable
+    assert owned.shape is not None  # still observed, so /decisions shows its gangs
+    (problem,) = owned.problems
+    assert problem.annotation == "gang-autoscaler.io/enabled"
+    assert "controlled by DisaggregatedSet llama, which sets its spec.replicas" in problem.message
+    assert "DisaggregatedSetRoleScaler" in problem.message
+    assert not partner.usable
+    assert "component llama-prefill of this deployment has a policy problem" in str(
+        partner.problems[0]
+    )
+    state = build_state(lws_objects=[prefill, decode], pods=[], nodes=[], now_s=0.0)
+    assert set(state.policies) == {ComponentKey("serving", "llama-decode")}  # core holds both
+
+
+def test_an_owner_that_is_not_the_controller_leaves_the_lws_ours():
+    prefill, decode = _pd()
+    found = discover([_owned_by(prefill, "DisaggregatedSet", controller=False), decode])
+    assert all(c.usable for c in found.values())
+
+
 def test_namespaces_filter():
     assert discover(_pd(), namespaces={"other"}) == {}
 

@@ -284,3 +284,44 @@ def test_shipped_examples_are_valid_leaderworkersets():
         for doc in yaml.safe_load_all(path.read_text()):
             if doc and doc.get("kind") == "LeaderWorkerSet":
                 jsonschema.validate(doc, schema)
+
+
+def test_an_lws_another_controller_owns_is_reported(tmp_path, capsys):
+    path = manifest(tmp_path, *pd())
+    docs = list(yaml.safe_load_all(path.read_text()))
+    docs[0]["metadata"]["ownerReferences"] = [
+        {"apiVersion": "v1", "kind": "ConfigMap", "name": "gc-only", "uid": "u0"},
+        {"apiVersion": "example.com/v1", "kind": "ModelServer", "name": "chat", "uid": "u1",
+         "controller": True},
+    ]  # fmt: skip
+    path.write_text(yaml.safe_dump_all(docs))
+    assert main(["check", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert out.splitlines() == [
+        f"{path}: serving/chat-prefill: gang-autoscaler.io/enabled: this LWS is controlled by "
+        "ModelServer chat, which sets its spec.replicas: scaling it here would fight that "
+        "controller, so the component holds"
+    ]  # and its partner is not told it lacks a prefill component
+
+
+def test_a_disaggregated_set_whose_roles_opt_in_is_reported(tmp_path, capsys):
+    # The upstream prefill/decode sample (shared data), its roles' LWS metadata opted in.
+    sample = shared_data_path(
+        "examples", "lws_config_samples_disaggregatedset_v1_disaggregatedset.yaml"
+    )
+    doc = yaml.safe_load(sample.read_text())
+    doc["spec"]["roles"][1]["metadata"] = {
+        "annotations": {PREFIX + "enabled": "true", PREFIX + "component": "decode"}
+    }
+    path = tmp_path / "ds.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    assert main(["check", str(path)]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 1  # the prefill role carries no annotations
+    assert out[0].startswith(
+        f"{path}: default/disaggregatedset-sample: spec.roles[1].metadata.annotations: "
+        "role decode: this LWS is controlled by DisaggregatedSet disaggregatedset-sample"
+    )
+    assert "DisaggregatedSetRoleScaler (scaling.mode: External)" in out[0]
+    # the sample as shipped, without the annotations, is fine
+    assert main(["check", str(sample)]) == 0

@@ -25,6 +25,7 @@ NAMESPACES = (
     "leader",
     "restart",
     "badpolicy",
+    "owned",
 )
 
 

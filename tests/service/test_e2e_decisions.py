@@ -6,13 +6,16 @@ import logging
 from typing import Any
 
 import pytest
+import yaml
 
 from autoscaler.core.gang_plan import Reason
 from tests.harness.fake_kube import FakeKube
+from tests.harness.shared_data import shared_data_path
 from tests.service.conftest import Live
 from tests.service.stack import (
     DECODE,
     PREFILL,
+    add_gpu_zones,
     balloon_pods,
     pd_manifests,
     settings_for,
@@ -224,5 +227,78 @@ async def test_a_bad_annotation_is_reported_while_it_lasts(kube: FakeKube, live:
             return plan["reason"] != "hold_policy_error" and plan["desired_gangs"] > 2
 
         await wait_until(planned_again, timeout_s=20, what="decode planned once its policy is good")
+    finally:
+        await running.close()
+
+
+async def test_an_lws_a_disaggregated_set_controls_is_never_scaled(live: Live) -> None:
+    """The DisaggregatedSet controller writes its LWS's replicas from its own spec: a write
+    to the LWS's /scale would be undone, each time starting or deleting a gang."""
+    ns = "owned"
+    crds = (shared_data_path("crds", "disaggregatedset.x-k8s.io_disaggregatedsets.yaml"),)
+    async with FakeKube.start(bookmark_interval_s=0.5, crd_files=crds) as kube:
+        add_gpu_zones(kube, zones=8)
+        kube.add_namespace(ns)
+        # The owner exists (the fake's garbage collector deletes an LWS whose owner does
+        # not): the upstream sample, renamed. No DisaggregatedSet controller runs here.
+        sample = shared_data_path(
+            "examples", "lws_config_samples_disaggregatedset_v1_disaggregatedset.yaml"
+        )
+        owner = yaml.safe_load(sample.read_text())
+        owner["metadata"].update(name="llama", namespace=ns)
+        created = kube.apply(owner)
+        reference = {
+            "apiVersion": created["apiVersion"],
+            "kind": "DisaggregatedSet",
+            "name": "llama",
+            "uid": created["metadata"]["uid"],
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+        for manifest in pd_manifests(ns, {}):
+            manifest["metadata"]["ownerReferences"] = [reference]
+            kube.apply(manifest)
+        await _never_scaled_until_released(kube, live, ns)
+
+
+async def _never_scaled_until_released(kube: FakeKube, live: Live, ns: str) -> None:
+    # a load that scales decode up when the LWS is ours (test_e2e_scaling)
+    live.exporter.set_lws(namespace=ns, lws=PREFILL, waiting=0, kv_usage_fraction=0.5)
+    live.exporter.set_lws(namespace=ns, lws=DECODE, waiting=20, kv_usage_fraction=0.9)
+    before = {lws: spec_gangs(kube, ns, lws) for lws in (PREFILL, DECODE)}
+    running = await start_service(kube, settings_for(live.prometheus.url))
+    try:
+        first = running.service.loop.ticks
+        await wait_until(
+            lambda: running.service.loop.ticks >= first + 3, timeout_s=20, what="three ticks"
+        )
+        assert [w for w in writes(kube) if "/leaderworkersets/" in w[1]] == []
+        assert balloon_pods(kube, ns) == []
+        assert {lws: spec_gangs(kube, ns, lws) for lws in (PREFILL, DECODE)} == before
+        _, body = await running.get("/decisions")
+        for lws in (PREFILL, DECODE):
+            entry = body["components"][f"{ns}/{lws}"]
+            assert entry["plan"]["reason"] == "hold_policy_error"
+            assert "controlled by DisaggregatedSet llama" in entry["policy_problems"][0]
+            labels = {"namespace": ns, "lws": lws, "annotation": "gang-autoscaler.io/enabled"}
+            assert await running.metric("gang_autoscaler_policy_problems", **labels) == 1
+        warned = [e for e in kube.objects("events", ns) if e["reason"] == "InvalidPolicy"]
+        assert sorted(e["involvedObject"]["name"] for e in warned) == sorted([PREFILL, DECODE])
+        assert all("DisaggregatedSetRoleScaler" in e["message"] for e in warned)
+
+        # Released by its owner (the reference removed): ours to scale again.
+        for lws in (PREFILL, DECODE):
+            kube.patch(
+                kube.resource("leaderworkersets"),
+                ns,
+                lws,
+                {"metadata": {"ownerReferences": None}},
+                content_type="application/merge-patch+json",
+            )
+
+        async def decode_scaled() -> bool:
+            return spec_gangs(kube, ns, DECODE) > before[DECODE]
+
+        await wait_until(decode_scaled, timeout_s=20, what="decode scaled once released")
     finally:
         await running.close()
