@@ -18,6 +18,15 @@ Use a process pool (`ProcessPoolExecutor(max_workers=1, mp_context=spawn)`): sta
 optimizer and Kalman filter hold the GIL for long stretches, so a fit in a thread stalls the
 loop (docs/forecasting.md has the measurement); a process runs on the other core and ships
 back a fitted model of a few tens of kilobytes. A thread pool works too and suits tests.
+
+A fit that has not returned `fit_timeout_s` after it was submitted is abandoned: its series
+keeps the model it has and is refitted one refit interval later. One hung fit would
+otherwise hold the only worker, and every later fit queued behind it, for good. With
+`replace_executor` the fitter abandons the oldest overdue fit only (one worker runs fits in
+the order submitted, so the others merely wait behind it), swaps the pool for a new one
+(the function stops the old pool's worker, which ends the hung fit) and submits the other
+fits that were in flight again at once. Without it (a thread cannot be stopped) every
+overdue fit is abandoned.
 """
 
 from __future__ import annotations
@@ -50,6 +59,8 @@ class _SeriesState:
     last_timestamp_s: float | None = None
     fit_due_s: float = -math.inf
     in_flight: Future[GridForecaster] | None = None
+    submitted_s: float = -math.inf
+    submission: int = 0  # order of submission: one worker runs fits in this order
     # observations since the in-flight fit's snapshot, replayed onto the new model
     replay_timestamps_s: list[float] = field(default_factory=list)
     replay_values: list[float] = field(default_factory=list)
@@ -67,14 +78,22 @@ class BackgroundFitter(Generic[Key]):
         executor: Executor,
         refit_interval_s: float,
         max_fits_in_flight: int = 1,
+        fit_timeout_s: float = math.inf,
+        replace_executor: Callable[[Executor], Executor] | None = None,
     ) -> None:
-        if refit_interval_s <= 0 or max_fits_in_flight < 1:
-            raise ValueError("refit_interval_s must be > 0 and max_fits_in_flight >= 1")
+        if refit_interval_s <= 0 or max_fits_in_flight < 1 or not fit_timeout_s > 0:
+            raise ValueError(
+                "refit_interval_s and fit_timeout_s must be > 0, max_fits_in_flight >= 1"
+            )
         self._make = make_forecaster
         self._executor = executor
         self.refit_interval_s = refit_interval_s
         self.max_fits_in_flight = max_fits_in_flight
+        self.fit_timeout_s = fit_timeout_s
+        self._replace_executor = replace_executor
         self._series: dict[Key, _SeriesState] = {}
+        self.fits_abandoned = 0  # fits given up on after `fit_timeout_s`, since the start
+        self._submissions = 0
 
     def observe(self, key: Key, timestamps_s: list[float], values: list[float]) -> None:
         """Record new observations of `key` and update its current model (cheap)."""
@@ -117,10 +136,12 @@ class BackgroundFitter(Generic[Key]):
         return sum(1 for s in self._series.values() if s.in_flight is not None)
 
     def tick(self, *, now_s: float) -> int:
-        """Collect finished fits, then submit due ones; returns how many were submitted."""
+        """Collect finished fits, abandon overdue ones, then submit due ones; returns how
+        many were submitted."""
         for key, state in self._series.items():
             if state.in_flight is not None and state.in_flight.done():
                 self._collect(key, state, now_s=now_s)
+        self._abandon_overdue(now_s=now_s)
         free = self.max_fits_in_flight - self.fits_in_flight
         due = sorted(
             (s.fit_due_s, i)
@@ -135,6 +156,9 @@ class BackgroundFitter(Generic[Key]):
                 state.in_flight = self._executor.submit(
                     fit_forecaster, self._make, state.forecaster.seen()
                 )
+                state.submitted_s = now_s
+                self._submissions += 1
+                state.submission = self._submissions
             except Exception as err:  # a shut-down or broken pool: keep serving, retry later
                 state.last_fit_error = f"cannot submit the fit: {type(err).__name__}: {err}"
                 state.fit_due_s = now_s + self.refit_interval_s
@@ -142,6 +166,43 @@ class BackgroundFitter(Generic[Key]):
                 continue
             submitted += 1
         return submitted
+
+    def _abandon_overdue(self, *, now_s: float) -> None:
+        overdue = sorted(
+            (s.submission, k)
+            for k, s in self._series.items()
+            if s.in_flight is not None and now_s - s.submitted_s > self.fit_timeout_s
+        )
+        if not overdue:
+            return
+        if self._replace_executor is not None:
+            # One worker runs the fits in the order submitted: the hung one is the first;
+            # the others only wait behind it, and go to the new pool.
+            overdue = overdue[:1]
+        for _, key in overdue:
+            state = self._series[key]
+            self._drop_fit(state, due_s=now_s + self.refit_interval_s)
+            state.last_fit_error = (
+                f"fit did not finish within {self.fit_timeout_s:g} s; keeping the previous model"
+            )
+            self.fits_abandoned += 1
+            log.warning("fit of %r did not finish within %gs; abandoned", key, self.fit_timeout_s)
+        if self._replace_executor is None:
+            return
+        for state in self._series.values():
+            if state.in_flight is not None:
+                self._drop_fit(state, due_s=now_s)
+        self._executor = self._replace_executor(self._executor)
+        log.warning("replaced the fit worker pool to end a hung fit")
+
+    @staticmethod
+    def _drop_fit(state: _SeriesState, *, due_s: float) -> None:
+        assert state.in_flight is not None
+        state.in_flight.cancel()
+        state.in_flight = None
+        state.fit_due_s = due_s
+        # The current model has had these observations; they were kept for the new one.
+        state.replay_timestamps_s, state.replay_values = [], []
 
     def _collect(self, key: Key, state: _SeriesState, *, now_s: float) -> None:
         future, state.in_flight = state.in_flight, None

@@ -22,6 +22,7 @@ import multiprocessing
 import os
 import signal
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -87,6 +88,13 @@ def default_lease_namespace() -> str:
 def fit_executor() -> ProcessPoolExecutor:
     """One worker process: statsmodels holds the GIL while fitting (see forecasting.fitter)."""
     return ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+
+
+def replace_fit_executor(old: Executor) -> ProcessPoolExecutor:
+    """A new fit pool; the old one is stopped (its worker terminated, ending a hung fit) in
+    a thread, as joining its manager thread may take a moment the tick does not have."""
+    threading.Thread(target=_stop_executor, args=(old,), name="stop-fit-pool", daemon=True).start()
+    return fit_executor()
 
 
 def _stop_executor(executor: Executor) -> None:
@@ -171,6 +179,7 @@ class Service:
             step_s=forecast_step_s,
             refit_interval_s=refit_interval_s,
             backfill_days=settings.backfill_days,
+            replace_executor=self._replace_executor if self._owns_executor else None,
         )
         # The learned capacity is looked up over the same days as the demand history.
         self.capacity_restore = CapacityRestore(lookback_s=settings.backfill_days * 86_400)
@@ -273,6 +282,10 @@ class Service:
         self.prometheus.close()
         if self._owns_executor:
             _stop_executor(self._executor)
+
+    def _replace_executor(self, old: Executor) -> Executor:
+        self._executor = replace_fit_executor(old)
+        return self._executor
 
     # -- what the endpoints read ----------------------------------------------------------
 

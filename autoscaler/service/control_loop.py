@@ -341,10 +341,13 @@ class ControlLoop:
             if found is not None:
                 forecasts[key] = found
         try:
-            self._forecasts.tick(now_s=now_s)
+            abandoned = self._forecasts.tick(now_s=now_s)
         except Exception as err:
             self._metrics.count_error("forecast")
             log.warning("forecast fitter tick failed: %r", err)
+        else:
+            if abandoned:
+                self._metrics.count_error("fit_timeout", abandoned)
         parts["forecasts"] = forecasts
 
         # plan: the pure core

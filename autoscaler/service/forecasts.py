@@ -19,7 +19,7 @@ import contextlib
 import functools
 import logging
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Executor
 from dataclasses import dataclass
 
@@ -38,6 +38,9 @@ BACKFILL_STEP_S = 60.0
 # worker busy for 2-8 s of each 15 s tick: 2,000 components get their first fitted model about
 # an hour after a start with a week of back-fill (one fit per tick took over 8 hours).
 DEFAULT_FITS_IN_FLIGHT = 8
+# A fit normally returns within seconds of its submission (8 queued fits of at most about a
+# second each); one that has not after 5 minutes is hung, and its worker is replaced.
+DEFAULT_FIT_TIMEOUT_S = 300.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +67,8 @@ class DemandForecasts:
         backfill_days: float = 7.0,
         backfill_step_s: float = BACKFILL_STEP_S,
         max_fits_in_flight: int = DEFAULT_FITS_IN_FLIGHT,
+        fit_timeout_s: float = DEFAULT_FIT_TIMEOUT_S,
+        replace_executor: Callable[[Executor], Executor] | None = None,
     ) -> None:
         self.model = model
         self.step_s = step_s
@@ -75,6 +80,8 @@ class DemandForecasts:
             executor=executor,
             refit_interval_s=refit_interval_s,
             max_fits_in_flight=max_fits_in_flight,
+            fit_timeout_s=fit_timeout_s,
+            replace_executor=replace_executor,
         )
         self._known: set[ComponentKey] = set()
         self._pending: dict[ComponentKey, list[tuple[float, float]]] = {}
@@ -164,9 +171,12 @@ class DemandForecasts:
             # A wall clock stepping back: drop the observation rather than the model.
             log.warning("dropped demand observation of %s: %s", key, err)
 
-    def tick(self, *, now_s: float) -> None:
-        """Collect finished fits and submit due ones (never waits)."""
+    def tick(self, *, now_s: float) -> int:
+        """Collect finished fits and submit due ones (never waits); returns how many fits
+        were abandoned as hung in this call."""
+        before = self._fitter.fits_abandoned
         self._fitter.tick(now_s=now_s)
+        return self._fitter.fits_abandoned - before
 
     def model_horizon_s(self, key: ComponentKey, *, horizon_s: float, now_s: float) -> float:
         """The horizon to ask the model for so that it looks `horizon_s` past `now_s`.

@@ -315,8 +315,8 @@ class ServiceMetrics:
 
     # -- service-wide ---------------------------------------------------------------------
 
-    def count_error(self, kind: str) -> None:
-        self.errors.labels(kind).inc()
+    def count_error(self, kind: str, count: int = 1) -> None:
+        self.errors.labels(kind).inc(count)
 
     def count_policy_error(self, *, namespace: str, lws: str, annotation: str) -> None:
         self.policy_errors.labels(namespace, lws, annotation).inc()

@@ -5,12 +5,15 @@ from __future__ import annotations
 import asyncio
 import functools
 import multiprocessing
+import threading
 import time
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 
 import numpy as np
 import pytest
 
+from autoscaler.service.app import fit_executor, replace_fit_executor
+from forecasting.baselines import Persistence
 from forecasting.fitter import BackgroundFitter
 from forecasting.models import make_forecaster
 from forecasting.series import Series
@@ -218,3 +221,96 @@ def test_a_fit_starts_from_the_resampled_windows_and_replays_what_it_missed() ->
     assert len(model._history) == 288  # bounded by the forecaster's day of history
     assert model.forecast(3600) == direct.forecast(3600)
     assert model.forecast(3600).fallback_reason is None
+
+
+HANG_MARK = 666.0
+
+
+class HangingPersistence(Persistence):
+    """Persistence whose fit never returns on a series that contains `HANG_MARK`."""
+
+    def _fit_windows(self, values):  # type: ignore[no-untyped-def]
+        if np.any(values == HANG_MARK):
+            time.sleep(600)
+        super()._fit_windows(values)
+
+
+def make_hanging() -> HangingPersistence:
+    return HangingPersistence(step_s=FIVE_MIN_S)
+
+
+def _feed(fitter: BackgroundFitter[str], key: str, value: float) -> None:
+    ends = [FIVE_MIN_S * (i + 1) for i in range(3)]
+    fitter.observe(key, ends, [value] * 3)
+
+
+def test_a_hung_fit_is_abandoned_after_the_timeout_and_keeps_its_model() -> None:
+    release = threading.Event()
+
+    def make() -> HangingPersistence:
+        class Blocking(HangingPersistence):
+            def _fit_windows(self, values):  # type: ignore[no-untyped-def]
+                if np.any(values == HANG_MARK):
+                    release.wait(30)
+                Persistence._fit_windows(self, values)
+
+        return Blocking(step_s=FIVE_MIN_S)
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        fitter: BackgroundFitter[str] = BackgroundFitter(
+            make_forecaster=make, executor=pool, refit_interval_s=600, fit_timeout_s=60
+        )
+        _feed(fitter, "stuck", HANG_MARK)
+        assert fitter.tick(now_s=0) == 1
+        _feed(fitter, "ok", 10.0)
+        assert fitter.tick(now_s=30) == 0  # one in flight at a time, not overdue yet
+        assert fitter.last_fit_error("stuck") is None and fitter.fits_abandoned == 0
+        assert fitter.tick(now_s=61) == 1  # abandoned, so "ok" goes in
+        assert fitter.fits_abandoned == 1
+        assert "did not finish within 60 s" in fitter.last_fit_error("stuck")
+        # the series keeps forecasting (from its own windows) and is refitted a refit later
+        assert fitter.forecast("stuck", 300).point == HANG_MARK
+        assert fitter._series["stuck"].fit_due_s == 661
+        release.set()
+
+
+def test_a_hung_fit_in_a_process_is_ended_and_the_pool_replaced() -> None:
+    pool = fit_executor()
+    replaced: list[object] = []
+
+    def replace(old):  # type: ignore[no-untyped-def]
+        replaced.append(old)
+        return replace_fit_executor(old)
+
+    fitter: BackgroundFitter[str] = BackgroundFitter(
+        make_forecaster=make_hanging,
+        executor=pool,
+        refit_interval_s=600,
+        max_fits_in_flight=2,
+        fit_timeout_s=60,
+        replace_executor=replace,
+    )
+    try:
+        _feed(fitter, "stuck", HANG_MARK)
+        _feed(fitter, "ok", 10.0)
+        assert fitter.tick(now_s=0) == 2  # "ok" queued behind the hung fit on one worker
+        while not pool._processes:
+            time.sleep(0.05)
+        workers = list(pool._processes.values())
+        assert fitter.tick(now_s=61) == 1  # "ok" submitted again, to the new pool
+        assert replaced == [pool] and fitter._executor is not pool
+        for worker in workers:  # the hung fit's process is ended
+            worker.join(timeout=10)
+            assert not worker.is_alive()
+        now = 61
+        while fitter.fits_completed("ok") == 0:
+            assert now < 61 + 120, fitter.last_fit_error("ok")
+            time.sleep(0.5)
+            now += 1
+            fitter.tick(now_s=now)
+        assert fitter.fits_completed("stuck") == 0 and fitter.fits_abandoned == 1
+        assert fitter._series["ok"].fit_due_s > 61  # fitted, not resubmitted again
+    finally:
+        fitter._executor.shutdown(wait=False, cancel_futures=True)
+        for process in (getattr(fitter._executor, "_processes", None) or {}).values():
+            process.terminate()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import threading
 import time
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
@@ -212,3 +213,19 @@ def test_stopping_the_fit_pool_ends_a_fit_in_progress() -> None:
         assert not worker.is_alive()
     assert manager is not None and not manager.is_alive()
     assert fitting.done()
+
+
+def test_a_fit_stuck_in_the_worker_is_counted_once_by_the_tick() -> None:
+    key = ComponentKey("serving", "llm")
+    release = threading.Event()
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pool.submit(release.wait, 30)  # holds the one worker, as a hung fit would
+        forecasts = DemandForecasts(executor=pool, step_s=300.0, fit_timeout_s=60.0)
+        for minute in range(1, 13):
+            forecasts.record(key, now_s=60.0 * minute, demand=1000.0)
+        assert forecasts.tick(now_s=720.0) == 0  # submitted, queued behind the stuck one
+        assert forecasts.tick(now_s=780.0) == 0
+        assert forecasts.tick(now_s=781.0) == 1  # overdue: abandoned, and said so once
+        assert forecasts.tick(now_s=790.0) == 0
+        assert "did not finish within 60 s" in (forecasts.status(key).last_fit_error or "")
+        release.set()
