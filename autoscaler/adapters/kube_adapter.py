@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 from kubernetes_asyncio import client
@@ -33,6 +33,7 @@ from autoscaler.adapters.kube_objects import LWS_GROUP, LWS_PLURAL, LWS_VERSION
 from autoscaler.adapters.kube_state import KubeState, build_state
 from autoscaler.adapters.lws_scaler import LwsScaler
 from autoscaler.core.gang_plan import ComponentPlan, GangPlan
+from autoscaler.core.model import ComponentKey
 
 log = logging.getLogger(__name__)
 
@@ -147,10 +148,15 @@ class KubeAdapter:
     async def apply(self, plan: GangPlan, state: KubeState, *, dry_run: bool) -> ApplyReport:
         return await self.actuator.apply(plan, state, dry_run=dry_run)
 
-    async def report_hold(
-        self, plan: ComponentPlan, state: KubeState, *, dry_run: bool
-    ) -> ComponentApplied:
-        return await self.actuator.report_hold(plan, state, dry_run=dry_run)
+    async def report_holds(
+        self,
+        plans: Iterable[ComponentPlan],
+        state: KubeState,
+        *,
+        dry_run: bool,
+        told: dict[ComponentKey, ComponentApplied],
+    ) -> None:
+        await self.actuator.report_holds(plans, state, dry_run=dry_run, told=told)
 
     async def close(self) -> None:
         for task in self._tasks:

@@ -17,8 +17,9 @@ and their Events) done one after another runs past the tick's deadline.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -154,56 +155,79 @@ class Actuator:
             balloon_pods = None
         grouped = balloons_by_lws(balloon_pods) if balloon_pods is not None else None
         out: dict[ComponentKey, ComponentApplied] = {}
-        slots = asyncio.Semaphore(self.max_concurrent)
 
         async def apply_one(key: ComponentKey, comp: ComponentState) -> None:
             plan = gang_plan.components.get(key)
             mine = grouped.get((key.namespace, key.lws), []) if grouped is not None else None
-            async with slots:
-                try:
-                    out[key] = await self._apply_one(comp, plan, mine, dry_run=dry_run)
-                except KubeAdapterError as err:
-                    if isinstance(err, NotLeader):
-                        raise
-                    # One component's failure never stops the others.
-                    out[key] = ComponentApplied(key, dry_run, errors=(str(err),))
-                except API_CALL_ERRORS as err:
-                    # A call no site above expected to fail (a dropped connection mid-pass).
-                    out[key] = ComponentApplied(key, dry_run, errors=(describe(err),))
+            try:
+                out[key] = await self._apply_one(comp, plan, mine, dry_run=dry_run)
+            except KubeAdapterError as err:
+                if isinstance(err, NotLeader):
+                    raise
+                # One component's failure never stops the others.
+                out[key] = ComponentApplied(key, dry_run, errors=(str(err),))
+            except API_CALL_ERRORS as err:
+                # A call no site above expected to fail (a dropped connection mid-pass).
+                out[key] = ComponentApplied(key, dry_run, errors=(describe(err),))
 
-        try:
-            async with asyncio.TaskGroup() as tasks:
-                for key, comp in sorted(state.components.items()):
-                    tasks.create_task(apply_one(key, comp))
-        except BaseExceptionGroup as failed:
-            # A lost lease (or a bug) stopped the pass: the others were cancelled before
-            # their next write. Raise it as a one-at-a-time pass would have.
-            raise failed.exceptions[0] from None
+        await self._each(
+            functools.partial(apply_one, key, comp)
+            for key, comp in sorted(state.components.items())
+        )
         orphans: tuple[str, ...] = ()
         if balloon_pods is not None:
             orphans = await self._delete_orphans(state, balloon_pods, dry_run=dry_run)
         return ApplyReport(components=dict(sorted(out.items())), orphan_balloons_deleted=orphans)
 
-    async def report_hold(
-        self, plan: ComponentPlan, state: KubeState, *, dry_run: bool
-    ) -> ComponentApplied:
-        """The pass for a component held because the view of the cluster cannot be trusted:
+    async def report_holds(
+        self,
+        plans: Iterable[ComponentPlan],
+        state: KubeState,
+        *,
+        dry_run: bool,
+        told: dict[ComponentKey, ComponentApplied],
+    ) -> None:
+        """The pass for components held because the view of the cluster cannot be trusted:
         no scale, balloon or orphan write (each would act on what may no longer be true),
-        only a Warning Event saying why."""
-        self._check_leader()
-        key = plan.key
-        notes: list[str] = []
-        if not dry_run:
-            await self._event(
-                ObjectRef(key.namespace, key.lws, state.components[key].discovered.uid),
-                notes,
-                type_=WARNING,
-                reason=camel_reason(plan.reason.value),
-                message=(
-                    f"holding at {plan.current_gangs} gangs, balloon gangs untouched: {plan.detail}"
-                ),
-            )
-        return ComponentApplied(key, dry_run, events=tuple(notes))
+        only a Warning Event each saying why, `max_concurrent` at a time. Each result lands
+        in `told` as it comes, so a pass cut short still reports what it did."""
+
+        async def tell(plan: ComponentPlan) -> None:
+            self._check_leader()
+            key = plan.key
+            notes: list[str] = []
+            if not dry_run:
+                await self._event(
+                    ObjectRef(key.namespace, key.lws, state.components[key].discovered.uid),
+                    notes,
+                    type_=WARNING,
+                    reason=camel_reason(plan.reason.value),
+                    message=(
+                        f"holding at {plan.current_gangs} gangs, balloon gangs untouched: "
+                        f"{plan.detail}"
+                    ),
+                )
+            told[key] = ComponentApplied(key, dry_run, events=tuple(notes))
+
+        await self._each(functools.partial(tell, plan) for plan in plans)
+
+    async def _each(self, calls: Iterable[Callable[[], Awaitable[None]]]) -> None:
+        """Run `calls`, `max_concurrent` at a time: a pass over a thousand components, one
+        API round trip after another, would overrun the tick. The first exception (a lost
+        Lease, or a bug) cancels the others before their next write and is raised as a
+        one-at-a-time pass would have raised it."""
+        slots = asyncio.Semaphore(self.max_concurrent)
+
+        async def bounded(call: Callable[[], Awaitable[None]]) -> None:
+            async with slots:
+                await call()
+
+        try:
+            async with asyncio.TaskGroup() as tasks:
+                for call in calls:
+                    tasks.create_task(bounded(call))
+        except BaseExceptionGroup as failed:
+            raise failed.exceptions[0] from None
 
     async def _apply_one(
         self,

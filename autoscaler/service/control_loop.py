@@ -421,15 +421,14 @@ class ControlLoop:
             parts["phase"] = "act"
             told: dict[ComponentKey, ComponentApplied] = {}
             parts["applied"] = applied = ApplyReport(components=told)
-            for key in sorted(gang_plan.components):
-                if key in self._told_stale:
-                    continue
-                # Told before the call: a tick cut short by its deadline does not make the
-                # next one send (or bump) the same Event again.
-                self._told_stale.add(key)
-                told[key] = await self._kube.report_hold(
-                    gang_plan.components[key], state, dry_run=self.dry_run
-                )
+            untold = [
+                plan for key, plan in sorted(gang_plan.components.items())
+                if key not in self._told_stale
+            ]  # fmt: skip
+            # Told before the calls: a tick cut short by its deadline does not make the next
+            # one send (or bump) the same Events again.
+            self._told_stale.update(plan.key for plan in untold)
+            await self._kube.report_holds(untold, state, dry_run=self.dry_run, told=told)
         parts["phase"] = "report"
         self._report(
             state, {}, {}, gang_plan, applied, identities={}, leader=leader, observed=False

@@ -380,6 +380,33 @@ async def test_components_are_written_concurrently_so_a_slow_write_holds_up_no_o
     ]  # reported in order, whatever finished first
 
 
+async def test_stale_view_holds_are_told_concurrently_so_a_slow_event_holds_up_no_other(
+    kube, adapter
+):
+    add_gpu_nodes(kube, 8)
+    add_pd(kube)
+    await settle(adapter, kube)
+    state = adapter.snapshot(now_s=time.time())
+    # the first Event of the pass gets no answer for 5 s, then its connection drops
+    kube.inject_fault(code=0, method="POST", path_contains="/events", action="stall", stall_s=5)
+    plans = [
+        component_plan(key, current=1, desired=1, reason=Reason.HOLD_STALE_VIEW)
+        for key in (DECODE, PREFILL)
+    ]
+    told: dict[ComponentKey, Any] = {}
+    passing = asyncio.create_task(adapter.report_holds(plans, state, dry_run=False, told=told))
+    deadline = time.monotonic() + 3
+    while not told:
+        assert time.monotonic() < deadline, "one component's Event waited for the other's"
+        await asyncio.sleep(0.05)
+    assert not passing.done()
+    (first,) = told
+    held = [e for e in kube.objects("events", first.namespace) if e["reason"] == "HoldStaleView"]
+    assert [e["involvedObject"]["name"] for e in held] == [first.lws]
+    await passing
+    assert set(told) == {DECODE, PREFILL}
+
+
 async def test_a_lease_lost_mid_pass_stops_every_component_before_its_next_write(kube, api):
     add_gpu_nodes(kube, 8)
     add_pd(kube)
