@@ -39,6 +39,8 @@ GPU_PRODUCT = "NVIDIA-H100-80GB-HBM3"
 LWS_API = ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets")
 PREFILL, DECODE = "llama-prefill", "llama-decode"
 MAX_GANGS = {PREFILL: 4, DECODE: 6}
+# Annotations for a component that holds no balloon gangs.
+NO_BUFFER = {"gang-autoscaler.io/min-buffer": "0", "gang-autoscaler.io/max-buffer": "0"}
 
 # Short rate() windows: the test Prometheus scrapes every second.
 TEST_QUERIES = PrometheusQueries.vllm(rate_window="5s", mean_window="10s")

@@ -12,6 +12,7 @@ from tests.harness.fake_kube import FakeKube
 from tests.service.conftest import Live
 from tests.service.stack import (
     DECODE,
+    NO_BUFFER,
     PREFILL,
     Running,
     balloon_pods,
@@ -26,7 +27,6 @@ from tests.service.stack import (
 pytestmark = pytest.mark.prometheus
 
 TICK_S = 0.5  # tests.service.stack.TICK
-NO_BUFFER = {"gang-autoscaler.io/min-buffer": "0", "gang-autoscaler.io/max-buffer": "0"}
 
 
 async def plan_reasons(running: Running, *lws: str) -> list[str] | None:

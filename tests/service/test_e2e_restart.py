@@ -16,6 +16,7 @@ from tests.harness.prometheus_server import ScrapeTarget
 from tests.service.conftest import Live
 from tests.service.stack import (
     DECODE,
+    NO_BUFFER,
     PREFILL,
     TEST_QUERIES,
     Running,
@@ -28,7 +29,6 @@ from tests.service.stack import (
 pytestmark = pytest.mark.prometheus
 
 NS = "restart"
-NO_BUFFER = {"gang-autoscaler.io/min-buffer": "0", "gang-autoscaler.io/max-buffer": "0"}
 PREFILL_LABELS = {"namespace": NS, "deployment": "llama", "component": "prefill"}
 
 

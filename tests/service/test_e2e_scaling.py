@@ -10,6 +10,7 @@ from tests.harness.fake_kube import FakeKube
 from tests.service.conftest import Live
 from tests.service.stack import (
     DECODE,
+    NO_BUFFER,
     PREFILL,
     lws_pods,
     pd_manifests,
@@ -27,9 +28,8 @@ async def test_rising_decode_queue_scales_decode_by_whole_gangs_and_keeps_prefil
 ) -> None:
     ns = "up"
     kube.add_namespace(ns)
-    no_buffer = {"gang-autoscaler.io/min-buffer": "0", "gang-autoscaler.io/max-buffer": "0"}
     for manifest in pd_manifests(
-        ns, {PREFILL: {**no_buffer}, DECODE: {**no_buffer, "gang-autoscaler.io/forecast": "off"}}
+        ns, {PREFILL: NO_BUFFER, DECODE: {**NO_BUFFER, "gang-autoscaler.io/forecast": "off"}}
     ):
         kube.apply(manifest)
     # Decode starts at 2 gangs (the example), prefill at 1; both idle.
