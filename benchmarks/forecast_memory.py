@@ -169,7 +169,9 @@ def forecasters(components: int, days: float, tick_s: float) -> dict[str, Any]:
     }
 
 
-def _run(case: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
+def run_isolated(case: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
+    """`case(*args)` in a fresh process: tracemalloc counts every thread's allocations, so a
+    process with other work in its threads (a test run's) would count those too."""
     with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as p:
         return p.submit(case, *args).result()
 
@@ -192,8 +194,8 @@ def main() -> None:
         "tick_s": args.tick_s,
         "fits_in_flight": DEFAULT_FITS_IN_FLIGHT,
     }
-    out["raw_lists"] = _run(raw_lists, args.components, args.days, args.tick_s)
-    out["forecasters"] = _run(forecasters, args.components, args.days, args.tick_s)
+    out["raw_lists"] = run_isolated(raw_lists, args.components, args.days, args.tick_s)
+    out["forecasters"] = run_isolated(forecasters, args.components, args.days, args.tick_s)
     raw, kept = out["raw_lists"], out["forecasters"]
     print(
         f"{args.components} components, {args.days:g} days at a {args.tick_s:g} s tick "
