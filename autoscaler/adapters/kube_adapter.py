@@ -29,7 +29,14 @@ from autoscaler.adapters.kube_cache import MAX_RETRY_DELAY_S, WatchCache
 from autoscaler.adapters.kube_discovery import ParseCache
 from autoscaler.adapters.kube_errors import KubeAdapterError
 from autoscaler.adapters.kube_events import EventRecorder
-from autoscaler.adapters.kube_objects import LWS_GROUP, LWS_PLURAL, LWS_VERSION
+from autoscaler.adapters.kube_objects import (
+    DS_GROUP,
+    DS_VERSION,
+    LWS_GROUP,
+    LWS_PLURAL,
+    LWS_VERSION,
+    ROLE_SCALER_PLURAL,
+)
 from autoscaler.adapters.kube_state import KubeState, build_state
 from autoscaler.adapters.lws_scaler import LwsScaler
 from autoscaler.core.gang_plan import ComponentPlan, GangPlan
@@ -63,12 +70,15 @@ class KubeAdapter:
         # than about three quarters of it ends before the limit, and never holds anything.
         retry_cap_s = min(MAX_RETRY_DELAY_S, watch_staleness_limit_s / 4)
 
-        def cache(list_call: Callable[..., Any], name: str) -> WatchCache:
+        def cache(
+            list_call: Callable[..., Any], name: str, *, optional: bool = False
+        ) -> WatchCache:
             return WatchCache(
                 list_call,
                 name=name,
                 watch_timeout_s=watch_timeout_s,
                 max_retry_delay_s=retry_cap_s,
+                optional=optional,
             )
 
         # Pods and nodes cluster-wide: free capacity depends on every pod on a node.
@@ -79,6 +89,15 @@ class KubeAdapter:
                 custom.list_cluster_custom_object, LWS_GROUP, LWS_VERSION, LWS_PLURAL
             ),
             "leaderworkersets",
+        )
+        # Only DisaggregatedSet roles with `scaling.mode: External` have one; a cluster
+        # without the DisaggregatedSet CRD (LWS before v0.10) has none to list.
+        self.role_scalers = cache(
+            functools.partial(
+                custom.list_cluster_custom_object, DS_GROUP, DS_VERSION, ROLE_SCALER_PLURAL
+            ),
+            ROLE_SCALER_PLURAL,
+            optional=True,
         )
         self.scaler = LwsScaler(api_client, foreign_hold_s=foreign_hold_s)
         self.events = EventRecorder(api_client, instance=event_instance)
@@ -95,7 +114,7 @@ class KubeAdapter:
 
     @property
     def caches(self) -> tuple[WatchCache, ...]:
-        return (self.lws, self.pods, self.nodes)
+        return (self.lws, self.pods, self.nodes, self.role_scalers)
 
     async def start(self, *, sync_timeout_s: float = 30.0) -> None:
         """Start the watches and wait until each has listed once."""
@@ -139,6 +158,8 @@ class KubeAdapter:
             can_grow=self._can_grow,
             default_annotations=self._default_annotations,
             parse_cache=self._parse_cache,
+            role_scalers=self.role_scalers.items(),
+            role_scalers_error=self.role_scalers.unavailable,
         )
 
     async def repair_balloons(self, *, now_s: float) -> tuple[str, ...]:

@@ -273,6 +273,7 @@ class Actuator:
                 desired_gangs=plan.desired_gangs,
                 observed_gangs=plan.current_gangs,
                 observed_resource_version=found.resource_version,
+                target=found.scale_target,
             )
             await self._report_scale(ref, plan, outcome, notes)
         if plan.stuck_groups and not dry:

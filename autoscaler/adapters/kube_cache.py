@@ -64,6 +64,7 @@ class WatchCache:
         read_grace_s: float = 30.0,
         max_retry_delay_s: float = MAX_RETRY_DELAY_S,
         clock: Callable[[], float] = time.monotonic,
+        optional: bool = False,
     ) -> None:
         self._list_call = list_call
         self.name = name
@@ -95,6 +96,11 @@ class WatchCache:
         # watch keeps failing does not reset it (a cluster-wide list is the dear part).
         self._failures = 0
         self._changed = asyncio.Condition()
+        # An optional collection may be absent (its CRD is not installed: 404) or not
+        # readable (RBAC: 403). That is an empty, current collection, not a failing cache:
+        # it is listed again every watch timeout, and `unavailable` says why it is empty.
+        self._optional = optional
+        self.unavailable: str | None = None
 
     def items(self) -> list[dict[str, Any]]:
         return list(self._objects.values())
@@ -137,6 +143,9 @@ class WatchCache:
         )
         try:
             body = await response.read()
+            if self._optional and response.status in (403, 404):
+                await self._absent(f"HTTP {response.status}: {status_message(body)}")
+                return
             if not 200 <= response.status <= 299:
                 raise KubeApiError(
                     f"listing {self.name}: HTTP {response.status}: {status_message(body)}",
@@ -145,10 +154,23 @@ class WatchCache:
         finally:
             response.release()
         data = json.loads(body)
+        if self.unavailable is not None:
+            log.info("%s can be listed again", self.name)
+            self.unavailable = None
         self._objects = {_key(obj): obj for obj in data.get("items") or []}
         self.resource_version = (data.get("metadata") or {}).get("resourceVersion")
         self.lists += 1
         self._heard(watch_works=False)
+        self.synced.set()
+        await self._notify()
+
+    async def _absent(self, why: str) -> None:
+        if self.unavailable is None:
+            log.warning("%s cannot be listed (%s); taken as none", self.name, why)
+        self.unavailable = why
+        self._objects = {}
+        self.resource_version = None
+        self._heard(watch_works=True)
         self.synced.set()
         await self._notify()
 
@@ -201,6 +223,11 @@ class WatchCache:
                 if need_list:
                     await self._list()
                     need_list = False
+                if self.unavailable is not None:
+                    # nothing to watch; the CRD may be installed, or access granted, later
+                    await asyncio.sleep(self._watch_timeout_s)
+                    need_list = True
+                    continue
                 # A watch ends when the server's timeout passes; resume from the last version.
                 await self._watch()
             except asyncio.CancelledError:

@@ -1,8 +1,13 @@
 """Discovery: opted-in LWS objects -> components with their policy (or its problems), grouped
 into deployments and checked together.
 
-Pure: LWS dicts in, `DiscoveredComponent` values out. A bad annotation never raises; the
-component carries its problems, the service holds it and a Warning Event names each problem.
+An LWS is scaled through its own `/scale`, unless another controller owns it. An LWS that
+a DisaggregatedSet role makes is scaled through the role's DisaggregatedSetRoleScaler
+(`scaling.mode: External`); any other controller's LWS holds.
+
+Pure: LWS (and RoleScaler) dicts in, `DiscoveredComponent` values out. A bad annotation
+never raises; the component carries its problems, the service holds it and a Warning Event
+names each problem.
 A `ParseCache` may carry each LWS's parsed policy and gang shape from one call to the next:
 the service discovers on every tick, and an LWS changes only with its resourceVersion.
 """
@@ -15,7 +20,16 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from autoscaler.adapters.kube_objects import Obj, annotations_of, meta
+from autoscaler.adapters.kube_objects import (
+    DS_KIND,
+    DS_ROLE_LABEL,
+    LWS_KIND,
+    Obj,
+    ScaleTarget,
+    annotations_of,
+    labels,
+    meta,
+)
 from autoscaler.core.model import ComponentKey, DeploymentKey
 from autoscaler.core.policy import (
     PREFIX,
@@ -29,7 +43,7 @@ from autoscaler.core.policy import (
 )
 from autoscaler.core.shape import GangShape, QuantityError, gang_shape_from_lws
 
-DISAGGREGATED_SET_KIND = "DisaggregatedSet"
+DISAGGREGATED_SET_KIND = DS_KIND
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,22 +94,51 @@ def with_defaults(own: Mapping[str, str], defaults: Mapping[str, str]) -> dict[s
     return merged
 
 
-def controller_problem(obj: Mapping[str, Any]) -> PolicyProblem | None:
-    """The problem of an LWS that another controller owns, or None.
+@dataclass(frozen=True, slots=True)
+class Controller:
+    """The owner reference marked `controller: true` on an object."""
 
-    A controller that creates an LWS (a DisaggregatedSet role, or another operator) writes
-    the LWS's `spec.replicas` from its own spec on every reconcile. Writes to the LWS's
-    `/scale` would be reverted within seconds, and each write and revert starts or deletes a
-    gang. The scaler's foreign-writer hold would only slow that cycle down, so such an LWS
-    is never scaled.
-    """
+    kind: str
+    name: str
+    uid: str | None
+
+
+def controller_of(obj: Mapping[str, Any]) -> Controller | None:
     owners = (obj.get("metadata") or {}).get("ownerReferences") or ()
     owner = next(
         (o for o in owners if isinstance(o, Mapping) and o.get("controller") is True), None
     )
     if owner is None:
         return None
-    return controlled_by(str(owner.get("kind", "?")), str(owner.get("name", "?")))
+    uid = owner.get("uid")
+    return Controller(str(owner.get("kind", "?")), str(owner.get("name", "?")), uid and str(uid))
+
+
+def role_of(lws: Obj, owner: Controller | None) -> str | None:
+    """The DisaggregatedSet role an LWS was made for, or None if it is not a role's LWS."""
+    if owner is None or owner.kind != DS_KIND:
+        return None
+    role = labels(lws).get(DS_ROLE_LABEL)
+    return str(role) if role else None
+
+
+def role_scaler_name(owner: Controller, role: str) -> str:
+    return f"{owner.name}-{role}"
+
+
+def controller_problem(obj: Mapping[str, Any]) -> PolicyProblem | None:
+    """The problem of an LWS that a controller other than a DisaggregatedSet owns, or None.
+
+    A controller that creates an LWS writes its `spec.replicas` from its own spec on every
+    reconcile. Writes to the LWS's `/scale` would be reverted within seconds, and each write
+    and revert starts or deletes a gang. The scaler's foreign-writer hold would only slow
+    that cycle down, so such an LWS is never scaled. A DisaggregatedSet's LWS is resolved
+    against the role's RoleScaler in `discover`.
+    """
+    owner = controller_of(obj)
+    if owner is None or owner.kind == DS_KIND:
+        return None
+    return controlled_by(owner.kind, owner.name)
 
 
 def controlled_by(kind: str, name: str) -> PolicyProblem:
@@ -104,31 +147,55 @@ def controlled_by(kind: str, name: str) -> PolicyProblem:
         f"this LWS is controlled by {kind} {name}, which sets its spec.replicas: scaling it "
         "here would fight that controller, so the component holds"
     )
-    if kind == DISAGGREGATED_SET_KIND:
-        message += (
-            "; a DisaggregatedSet role is scaled through its DisaggregatedSetRoleScaler "
-            "(scaling.mode: External), which gang-autoscaler does not write"
-        )
     return PolicyProblem(PREFIX + "enabled", None, message)
+
+
+def static_role(
+    ds_name: str, role: str | None, *, scalers_error: str | None = None
+) -> PolicyProblem:
+    """An opted-in LWS of a DisaggregatedSet role that has no RoleScaler to write."""
+    if role is None:
+        message = (
+            f"this LWS is controlled by DisaggregatedSet {ds_name} but has no "
+            f"{DS_ROLE_LABEL} label, so its DisaggregatedSetRoleScaler is unknown; the "
+            "component holds"
+        )
+    else:
+        message = (
+            f"this LWS is role {role} of DisaggregatedSet {ds_name}, which sets its "
+            f"spec.replicas, and there is no DisaggregatedSetRoleScaler "
+            f"{ds_name}-{role} to scale it through: set `scaling.mode: External` on the role; "
+            "until then the component holds"
+        )
+    if scalers_error:
+        message += f" (DisaggregatedSetRoleScalers cannot be read: {scalers_error})"
+    return PolicyProblem(PREFIX + "enabled", None, message)
+
+
+def _controls(owner: Controller, obj: Obj) -> bool:
+    """`obj` (a RoleScaler) is controlled by the same DisaggregatedSet as the LWS."""
+    its = controller_of(obj)
+    if its is None or its.kind != owner.kind or its.name != owner.name:
+        return False
+    return owner.uid is None or its.uid is None or its.uid == owner.uid
 
 
 def parse_lws(
     lws: Obj, *, key: ComponentKey, default_annotations: Mapping[str, str] | None = None
 ) -> ParsedLws:
+    """What the LWS's own annotations and templates say. A DisaggregatedSet role's LWS
+    defaults its deployment to the DisaggregatedSet's name: the role LWS names carry a
+    revision, so they change at every rollout."""
     problems: list[PolicyProblem] = []
     policy: Policy | None = None
-    owned = controller_problem(lws)
-    if owned is not None:
-        # Not ours to scale, whatever the annotations say: without a policy the component
-        # and its deployment hold, as for annotations that do not parse.
-        problems.append(owned)
-    else:
-        try:
-            policy = parse_policy(
-                with_defaults(annotations_of(lws), default_annotations or {}), lws_name=key.lws
-            )
-        except PolicyError as err:
-            problems.extend(err.problems)
+    owner = controller_of(lws)
+    defaults = dict(default_annotations or {})
+    if owner is not None and owner.kind == DS_KIND:
+        defaults[PREFIX + "deployment"] = owner.name
+    try:
+        policy = parse_policy(with_defaults(annotations_of(lws), defaults), lws_name=key.lws)
+    except PolicyError as err:
+        problems.extend(err.problems)
     shape: GangShape | None = None
     try:
         shape = gang_shape_from_lws(lws)
@@ -186,9 +253,10 @@ class DiscoveredComponent:
     shape: GangShape | None  # None when the templates' resources cannot be read
     template: str  # `template_digest`; a learned capacity per gang holds for one template
     deployment: DeploymentKey | None
-    spec_gangs: int
-    resource_version: str | None
-    uid: str | None
+    spec_gangs: int  # the scale target's spec.replicas
+    resource_version: str | None  # the scale target's, for a conditional write
+    uid: str | None  # the LWS's
+    scale_target: ScaleTarget
 
     @property
     def usable(self) -> bool:
@@ -208,8 +276,65 @@ def _deployment_of(key: ComponentKey, item: Mapping[str, Any]) -> DeploymentKey:
         deployment: DeploymentKey = item["deployment"]
         return deployment
     raw = annotations_of(item["lws"]).get(PREFIX + "deployment")
-    name = raw.strip() if isinstance(raw, str) and raw.strip() else key.lws
+    owner = controller_of(item["lws"])
+    fallback = owner.name if owner is not None and owner.kind == DS_KIND else key.lws
+    name = raw.strip() if isinstance(raw, str) and raw.strip() else fallback
     return DeploymentKey(key.namespace, name)
+
+
+def _scale_through_owner(
+    item: dict[str, Any],
+    *,
+    role_scalers: Mapping[tuple[str, str], Obj],
+    scalers_error: str | None,
+) -> None:
+    """Point an owned LWS's scale target at its role's RoleScaler, or give it its problem
+    (and no policy: the component and its deployment hold)."""
+    lws, key = item["lws"], item["key"]
+    owner = controller_of(lws)
+    if owner is None:
+        return
+    if owner.kind != DS_KIND:
+        item["problems"].insert(0, controlled_by(owner.kind, owner.name))
+        item["policy"] = None
+        return
+    role = role_of(lws, owner)
+    scaler = None
+    if role is not None:
+        scaler = role_scalers.get((key.namespace, role_scaler_name(owner, role)))
+    if scaler is None or not _controls(owner, scaler):
+        item["problems"].insert(0, static_role(owner.name, role, scalers_error=scalers_error))
+        item["policy"] = None
+        return
+    scaler_meta = meta(scaler)
+    item["scale_target"] = ScaleTarget.role_scaler(str(scaler_meta.get("name")))
+    item["spec_gangs"] = int((scaler.get("spec") or {}).get("replicas") or 0)
+    item["resource_version"] = scaler_meta.get("resourceVersion")
+
+
+def _one_lws_per_role_scaler(found: Mapping[ComponentKey, dict[str, Any]]) -> None:
+    """Hold every LWS of a role that has more than one (a DisaggregatedSet rolling out a new
+    revision, or running several slices): the RoleScaler's count is spread over them by the
+    DisaggregatedSet controller, so no one of them is the component."""
+    by_target: dict[tuple[str, ScaleTarget], list[ComponentKey]] = {}
+    for key, item in found.items():
+        if item["scale_target"].kind != LWS_KIND:
+            by_target.setdefault((key.namespace, item["scale_target"]), []).append(key)
+    for (_, target), keys in by_target.items():
+        if len(keys) < 2:
+            continue
+        names = ", ".join(k.lws for k in sorted(keys))
+        for key in keys:
+            found[key]["problems"].insert(
+                0,
+                PolicyProblem(
+                    PREFIX + "enabled",
+                    None,
+                    f"{len(keys)} LWS share {target} ({names}): a DisaggregatedSet rollout or "
+                    "more than one slice; the component holds until one LWS remains",
+                ),
+            )
+            found[key]["policy"] = None
 
 
 def discover(
@@ -218,12 +343,19 @@ def discover(
     namespaces: Collection[str] | None = None,
     default_annotations: Mapping[str, str] | None = None,
     cache: ParseCache | None = None,
+    role_scalers: Iterable[Obj] = (),
+    role_scalers_error: str | None = None,
 ) -> dict[ComponentKey, DiscoveredComponent]:
     """Every LWS with `gang-autoscaler.io/enabled: "true"` in `namespaces` (None: all).
 
     `default_annotations` (the operator's defaults, e.g. the chart's buffer bounds) apply
-    where the LWS does not set the annotation itself.
+    where the LWS does not set the annotation itself. `role_scalers` are the
+    DisaggregatedSetRoleScalers seen; `role_scalers_error` says why there are none to see
+    (their API is not served, or not readable), for the problem of a role's LWS.
     """
+    scalers = {
+        (str(meta(s).get("namespace", "")), str(meta(s).get("name", ""))): s for s in role_scalers
+    }
     found: dict[ComponentKey, dict[str, Any]] = {}
     seen: set[tuple[object, ...]] = set()
     for lws in lws_objects:
@@ -251,10 +383,13 @@ def discover(
             "spec_gangs": _spec_gangs(lws),
             "resource_version": metadata.get("resourceVersion"),
             "uid": metadata.get("uid"),
+            "scale_target": ScaleTarget.lws(key.lws),
         }
+        _scale_through_owner(found[key], role_scalers=scalers, scalers_error=role_scalers_error)
 
     if cache is not None:
         cache.keep_only(seen)
+    _one_lws_per_role_scaler(found)
 
     by_deployment: dict[DeploymentKey, dict[ComponentKey, Policy | None]] = {}
     for key, item in found.items():

@@ -8,6 +8,7 @@ dicts cut from real manifests, and the watch caches skip a costly model conversi
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -21,6 +22,16 @@ LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
 WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 
+# LWS v0.9+'s prefill/decode API: a DisaggregatedSet makes one LWS per role; a role with
+# `scaling.mode: External` is scaled through its DisaggregatedSetRoleScaler `<set>-<role>`.
+DS_GROUP = "disaggregatedset.x-k8s.io"
+DS_VERSION = "v1"
+DS_KIND = "DisaggregatedSet"
+ROLE_SCALER_KIND = "DisaggregatedSetRoleScaler"
+ROLE_SCALER_PLURAL = "disaggregatedsetrolescalers"
+DS_NAME_LABEL = "disaggregatedset.x-k8s.io/name"
+DS_ROLE_LABEL = "disaggregatedset.x-k8s.io/role"
+
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY_VALUE = "gang-autoscaler"
 BALLOON_FOR_LABEL = "gang-autoscaler.io/balloon-for"
@@ -29,6 +40,29 @@ BALLOON_MEMBER_LABEL = "gang-autoscaler.io/balloon-member"
 BALLOON_SHAPE_ANNOTATION = "gang-autoscaler.io/balloon-shape"
 
 Obj = Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleTarget:
+    """The object whose `/scale` sets a component's gang count: the LWS itself, or the
+    DisaggregatedSetRoleScaler of the DisaggregatedSet role the LWS belongs to."""
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+    name: str
+
+    @classmethod
+    def lws(cls, name: str) -> ScaleTarget:
+        return cls(LWS_GROUP, LWS_VERSION, LWS_PLURAL, LWS_KIND, name)
+
+    @classmethod
+    def role_scaler(cls, name: str) -> ScaleTarget:
+        return cls(DS_GROUP, DS_VERSION, ROLE_SCALER_PLURAL, ROLE_SCALER_KIND, name)
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.name}"
 
 
 def meta(obj: Obj) -> Mapping[str, Any]:

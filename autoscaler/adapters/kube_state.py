@@ -1,9 +1,10 @@
 """One consistent snapshot of what Kubernetes says, in the core's types.
 
-`build_state` is pure: LWS, pod and node dicts in, a `KubeState` out. The snapshot has every
-opted-in component (usable or with its policy problems), an observation per usable component
-without load signals (the Prometheus adapter adds those), the cluster's free capacity, and
-the ready gangs' leader pods, which the Prometheus adapter joins its per-pod series on.
+`build_state` is pure: LWS, pod, node (and RoleScaler) dicts in, a `KubeState` out. The
+snapshot has every opted-in component (usable or with its policy problems), an observation
+per usable component without load signals (the Prometheus adapter adds those), the
+cluster's free capacity, and the ready gangs' leader pods, which the Prometheus adapter
+joins its per-pod series on.
 """
 
 from __future__ import annotations
@@ -95,6 +96,8 @@ def build_state(
     can_grow: bool = True,
     default_annotations: Mapping[str, str] | None = None,
     parse_cache: ParseCache | None = None,
+    role_scalers: Iterable[Obj] = (),
+    role_scalers_error: str | None = None,
 ) -> KubeState:
     pod_list = list(pods)
     by_lws: dict[tuple[str, str], list[Obj]] = {}
@@ -113,6 +116,8 @@ def build_state(
         namespaces=namespaces,
         default_annotations=default_annotations,
         cache=parse_cache,
+        role_scalers=role_scalers,
+        role_scalers_error=role_scalers_error,
     ).items():
         lws_pods = by_lws.get((key.namespace, key.lws), [])
         balloons = tuple(balloons_by_lws.get((key.namespace, key.lws), ()))

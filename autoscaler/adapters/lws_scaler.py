@@ -1,5 +1,9 @@
 """Writes an LWS's gang count through its `/scale` subresource, and only when it is ours to write.
 
+The scale target is the LWS itself, or, for the LWS of a DisaggregatedSet role with
+`scaling.mode: External`, the role's DisaggregatedSetRoleScaler (the DisaggregatedSet
+controller copies its count to the LWS). Everything below holds for either.
+
 The write is a JSON merge patch (`application/merge-patch+json`; the client would otherwise
 send a JSON patch) carrying the resourceVersion the decision was based on, so it is
 conditional: a 409 means the LWS changed since it was observed. The scaler then re-reads;
@@ -7,7 +11,7 @@ if `spec.replicas` is still what the decision assumed (only status or metadata m
 writes again on the fresh version; if someone else changed `spec.replicas`, it reports that
 writer and stands back instead of fighting it.
 
-Another writer is either a HorizontalPodAutoscaler whose `scaleTargetRef` is the LWS, or a
+Another writer is either a HorizontalPodAutoscaler whose `scaleTargetRef` is the target, or a
 change of `spec.replicas` since this scaler's last write (a manual `kubectl scale`, a GitOps
 sync, another autoscaler). After a foreign change the component is held for
 `foreign_hold_s`; the value the other writer set becomes the new baseline.
@@ -26,7 +30,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from autoscaler.adapters.kube_errors import API_CALL_ERRORS, describe, status_message, status_of
-from autoscaler.adapters.kube_objects import LWS_GROUP, LWS_KIND, LWS_PLURAL, LWS_VERSION
+from autoscaler.adapters.kube_objects import ScaleTarget
 from autoscaler.core.model import ComponentKey
 
 log = logging.getLogger(__name__)
@@ -80,18 +84,22 @@ class LwsScaler:
         self._in_doubt: dict[ComponentKey, int] = {}
         self._held_until: dict[ComponentKey, tuple[float, str]] = {}
 
-    async def read(self, key: ComponentKey) -> _Scale:
+    async def read(self, key: ComponentKey, target: ScaleTarget | None = None) -> _Scale:
+        target = target or ScaleTarget.lws(key.lws)
         scale: dict[str, Any] = await self._custom.get_namespaced_custom_object_scale(
-            LWS_GROUP, LWS_VERSION, key.namespace, LWS_PLURAL, key.lws
+            target.group, target.version, key.namespace, target.plural, target.name
         )
         return _Scale(
             spec_gangs=int((scale.get("spec") or {}).get("replicas") or 0),
             resource_version=str((scale.get("metadata") or {}).get("resourceVersion") or ""),
         )
 
-    async def hpa_targeting(self, key: ComponentKey) -> str | None:
-        """Name of an HPA whose scaleTargetRef is this LWS, if any (None also when the
-        autoscaling/v2 API is not served)."""
+    async def hpa_targeting(
+        self, key: ComponentKey, target: ScaleTarget | None = None
+    ) -> str | None:
+        """Name of an HPA whose scaleTargetRef is `target` (by default the LWS), if any (None
+        also when the autoscaling/v2 API is not served)."""
+        target = target or ScaleTarget.lws(key.lws)
         try:
             hpas = await self._autoscaling.list_namespaced_horizontal_pod_autoscaler(
                 key.namespace, _preload_content=False
@@ -110,7 +118,11 @@ class LwsScaler:
         for hpa in body.get("items") or []:
             ref = (hpa.get("spec") or {}).get("scaleTargetRef") or {}
             group = str(ref.get("apiVersion", "")).split("/")[0]
-            if ref.get("kind") == LWS_KIND and ref.get("name") == key.lws and group == LWS_GROUP:
+            if (ref.get("kind"), ref.get("name"), group) == (
+                target.kind,
+                target.name,
+                target.group,
+            ):
                 return str((hpa.get("metadata") or {}).get("name"))
         return None
 
@@ -135,9 +147,12 @@ class LwsScaler:
         desired_gangs: int,
         observed_gangs: int,
         observed_resource_version: str | None,
+        target: ScaleTarget | None = None,
     ) -> ScaleOutcome:
-        """Set spec.replicas to `desired_gangs` if nobody else changed it since it was observed
-        as `observed_gangs` at `observed_resource_version` (the LWS's version)."""
+        """Set the target's spec.replicas to `desired_gangs` if nobody else changed it since it
+        was observed as `observed_gangs` at `observed_resource_version` (the target's version).
+        The target is the LWS unless given."""
+        target = target or ScaleTarget.lws(key.lws)
 
         def outcome(result: ScaleResult, detail: str = "", conflicts: int = 0) -> ScaleOutcome:
             return ScaleOutcome(key, result, observed_gangs, desired_gangs, conflicts, detail)
@@ -145,9 +160,9 @@ class LwsScaler:
         held = self.holding(key)
         if held:
             return outcome(ScaleResult.OTHER_WRITER, held)
-        hpa = await self.hpa_targeting(key)
+        hpa = await self.hpa_targeting(key, target)
         if hpa:
-            detail = f"HorizontalPodAutoscaler {key.namespace}/{hpa} targets this LWS"
+            detail = f"HorizontalPodAutoscaler {key.namespace}/{hpa} targets {target}"
             return outcome(ScaleResult.OTHER_WRITER, detail)
         last = self._last_written.get(key)
         doubt = self._in_doubt.get(key)
@@ -156,7 +171,7 @@ class LwsScaler:
             # The observation may simply predate our own last write (a watch lags); ask the
             # server before blaming anyone.
             try:
-                fresh = await self.read(key)
+                fresh = await self.read(key, target)
             except API_CALL_ERRORS as err:
                 return outcome(ScaleResult.FAILED, f"re-read: {describe(err)}")
             if fresh.spec_gangs in ours:
@@ -187,11 +202,11 @@ class LwsScaler:
                 body["metadata"] = {"resourceVersion": version}
             try:
                 await self._custom.patch_namespaced_custom_object_scale(
-                    LWS_GROUP,
-                    LWS_VERSION,
+                    target.group,
+                    target.version,
                     key.namespace,
-                    LWS_PLURAL,
-                    key.lws,
+                    target.plural,
+                    target.name,
                     body,
                     _content_type=MERGE_PATCH,
                 )
@@ -204,7 +219,7 @@ class LwsScaler:
                     return outcome(ScaleResult.FAILED, describe(err), conflicts)
                 conflicts += 1
                 try:
-                    fresh = await self.read(key)
+                    fresh = await self.read(key, target)
                 except API_CALL_ERRORS as read_err:
                     detail = f"re-read after 409 failed: {describe(read_err)}"
                     return outcome(ScaleResult.FAILED, detail, conflicts)

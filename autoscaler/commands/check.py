@@ -3,9 +3,13 @@
 Reads multi-document YAML, finds LeaderWorkerSet objects opted in with
 `gang-autoscaler.io/enabled: "true"`, and reports every problem the service would hold a
 component for, one line each: `file: namespace/name: annotation: problem`. Components of
-one deployment may sit in different files; they are checked together. A DisaggregatedSet
-whose roles carry the annotations is reported too: the LWS each role becomes is the
-DisaggregatedSet's to scale.
+one deployment may sit in different files; they are checked together.
+
+A DisaggregatedSet's roles are checked as the LWS each becomes: the role's
+`metadata.annotations` are that LWS's, and its deployment defaults to the set's name. A role
+the service cannot scale (one without `scaling.mode: External`) is reported. An LWS manifest
+that another controller owns is reported, except a DisaggregatedSet's: whether its role is
+External is written in the DisaggregatedSet, and checked there.
 """
 
 from __future__ import annotations
@@ -22,8 +26,8 @@ from pydantic import ValidationError
 
 from autoscaler.adapters.kube_discovery import (
     DISAGGREGATED_SET_KIND,
-    controlled_by,
     controller_problem,
+    static_role,
     with_defaults,
 )
 from autoscaler.core.model import ComponentKey, DeploymentKey
@@ -70,30 +74,91 @@ def _mapping(value: object) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
-def _opted_in_roles(source: str, doc: Mapping[str, Any]) -> list[Finding]:
-    """A DisaggregatedSet's roles whose LWS metadata opts in: the service would hold each
-    LWS the role becomes, since the DisaggregatedSet sets its replicas."""
+@dataclass(frozen=True, slots=True)
+class _Candidate:
+    """An LWS to check: one written as such, or the one a DisaggregatedSet role becomes."""
+
+    source: str
+    key: ComponentKey
+    subject: str  # where its findings point
+    metadata: Mapping[str, Any]
+    lws: Mapping[str, Any]  # the LWS, or the role (its `spec` is the LWS's)
+    template_path: str = "spec.leaderWorkerTemplate"
+    defaults: Mapping[str, str] | None = None  # over the operator's, under its own
+    findings: tuple[Finding, ...] = ()
+
+
+def _roles(source: str, doc: Mapping[str, Any]) -> list[_Candidate]:
+    """The LWS each role of a DisaggregatedSet becomes. A role whose metadata carries
+    gang-autoscaler annotations but that the service cannot scale (not External) comes with
+    its finding."""
     metadata = _mapping(doc.get("metadata"))
     name = str(metadata.get("name", "?"))
-    subject = f"{metadata.get('namespace') or 'default'}/{name}"
+    namespace = str(metadata.get("namespace") or "default")
     roles = _mapping(doc.get("spec")).get("roles")
     if not isinstance(roles, list):
         return []
-    findings = []
+    found = []
     for index, role in enumerate(roles):
-        annotations = _mapping(_mapping(_mapping(role).get("metadata")).get("annotations"))
-        if any(str(k).startswith(PREFIX) for k in annotations):
-            problem = controlled_by(DISAGGREGATED_SET_KIND, name)
-            role_name = _mapping(role).get("name", index)
-            findings.append(
-                Finding(
-                    source,
-                    subject,
-                    f"spec.roles[{index}].metadata.annotations",
-                    f"role {role_name}: {problem.message}",
-                )
+        role = _mapping(role)
+        role_name = str(role.get("name", index))
+        subject = f"{namespace}/{name} role {role_name}"
+        role_meta = _mapping(role.get("metadata"))
+        annotations = _mapping(role_meta.get("annotations"))
+        static: tuple[Finding, ...] = ()
+        if any(str(k).startswith(PREFIX) for k in annotations) and (
+            _mapping(role.get("scaling")).get("mode") != "External"
+        ):
+            problem = static_role(name, role_name)
+            static = (
+                Finding(source, subject, f"spec.roles[{index}].scaling.mode", problem.message),
             )
-    return findings
+        found.append(
+            _Candidate(
+                source,
+                ComponentKey(namespace, f"{name}-{role_name}"),
+                subject,
+                {**role_meta, "name": f"{name}-{role_name}"},
+                role,
+                template_path=f"spec.roles[{index}].spec.leaderWorkerTemplate",
+                defaults={PREFIX + "deployment": name},
+                findings=static,
+            )
+        )
+    return found
+
+
+def _candidates(
+    documents: Iterable[tuple[str, Mapping[str, Any]]], findings: list[Finding]
+) -> list[_Candidate]:
+    found: list[_Candidate] = []
+    for source, doc in documents:
+        if _is_disaggregated_set(doc):
+            found.extend(_roles(source, doc))
+            continue
+        if not _is_lws(doc):
+            continue
+        metadata = doc.get("metadata") or {}
+        if not isinstance(metadata, Mapping):
+            findings.append(Finding(source, "-", "metadata", "must be a mapping"))
+            continue
+        key = ComponentKey(
+            str(metadata.get("namespace") or "default"), str(metadata.get("name", "?"))
+        )
+        owned = controller_problem(doc)
+        found.append(
+            _Candidate(
+                source,
+                key,
+                str(key),
+                metadata,
+                doc,
+                findings=(Finding(source, str(key), owned.annotation, owned.detail),)
+                if owned is not None
+                else (),
+            )
+        )
+    return found
 
 
 def check_documents(
@@ -101,7 +166,8 @@ def check_documents(
     *,
     default_annotations: Mapping[str, str] | None = None,
 ) -> tuple[list[Finding], int]:
-    """Check (source, object) pairs. Returns the findings and how many opted-in LWS were seen.
+    """Check (source, object) pairs. Returns the findings and how many opted-in LWS (or
+    DisaggregatedSet roles) were seen.
 
     `default_annotations` are laid under each LWS's own as the service lays them (the
     operator's buffer bounds): a check that ignored them would reject what the service runs.
@@ -112,53 +178,40 @@ def check_documents(
     findings: list[Finding] = []
     policies: dict[ComponentKey, Policy] = {}
     unparsed: dict[ComponentKey, frozenset[str]] = {}
-    sources: dict[ComponentKey, str] = {}
+    where: dict[ComponentKey, tuple[str, str]] = {}  # (source, subject)
     seen = 0
-    for source, doc in documents:
-        if _is_disaggregated_set(doc):
-            findings.extend(_opted_in_roles(source, doc))
-            continue
-        if not _is_lws(doc):
-            continue
-        metadata = doc.get("metadata") or {}
-        if not isinstance(metadata, Mapping):
-            findings.append(Finding(source, "-", "metadata", "must be a mapping"))
-            continue
-        name = str(metadata.get("name", "?"))
-        key = ComponentKey(str(metadata.get("namespace") or "default"), name)
-        annotations = metadata.get("annotations") or {}
+    for lws in _candidates(documents, findings):
+        source, key, subject = lws.source, lws.key, lws.subject
+        annotations = lws.metadata.get("annotations") or {}
         if not isinstance(annotations, Mapping):
-            findings.append(Finding(source, str(key), "metadata.annotations", "must be a mapping"))
+            findings.append(Finding(source, subject, "metadata.annotations", "must be a mapping"))
             continue
         if not is_enabled(annotations):
             if any(str(k).startswith(PREFIX) for k in annotations):
                 findings.append(
                     Finding(
                         source,
-                        str(key),
+                        subject,
                         PREFIX + "enabled",
                         'policy annotations present but the LWS is not opted in (set "true")',
                     )
                 )
             continue
         seen += 1
-        sources[key] = source
-        owned = controller_problem(doc)
-        if owned is not None:
-            # Its annotations are still checked, and it still counts in its deployment.
-            findings.append(Finding(source, str(key), owned.annotation, owned.detail))
+        where[key] = (source, subject)
+        # Its annotations are still checked, and it still counts in its deployment.
+        findings.extend(lws.findings)
         try:
-            gang_shape_from_lws(doc)
+            gang_shape_from_lws(lws.lws)
         except (QuantityError, ValueError, TypeError) as err:
-            findings.append(Finding(source, str(key), "spec.leaderWorkerTemplate", str(err)))
+            findings.append(Finding(source, subject, lws.template_path, str(err)))
         except AttributeError as err:  # a list or a scalar where the template has a mapping
-            findings.append(
-                Finding(source, str(key), "spec.leaderWorkerTemplate", f"malformed: {err}")
-            )
+            findings.append(Finding(source, subject, lws.template_path, f"malformed: {err}"))
+        own_defaults = {**defaults, **(lws.defaults or {})}
         try:
-            policies[key] = parse_policy(with_defaults(annotations, defaults), lws_name=name)
+            policies[key] = parse_policy(with_defaults(annotations, own_defaults), lws_name=key.lws)
         except PolicyError as err:
-            findings.extend(Finding(source, str(key), p.annotation, p.detail) for p in err.problems)
+            findings.extend(Finding(source, subject, p.annotation, p.detail) for p in err.problems)
             # What did parse is still checked against the other components of its deployment,
             # unless which deployment it belongs to is itself in error.
             if err.partial is not None and "deployment" not in err.unparsed:
@@ -171,9 +224,7 @@ def check_documents(
     for members in deployments.values():
         problems_by_key = validate_deployment(members, unparsed=unparsed)
         for key, problems in sorted(problems_by_key.items()):
-            findings.extend(
-                Finding(sources[key], str(key), p.annotation, p.detail) for p in problems
-            )
+            findings.extend(Finding(*where[key], p.annotation, p.detail) for p in problems)
     return findings, seen
 
 

@@ -315,6 +315,10 @@ class Service:
         details = {
             "caches_synced": synced,
             "caches_failing_s": failing,
+            # optional collections (DisaggregatedSetRoleScalers) whose API is absent or denied
+            "caches_unavailable": {
+                c.name: c.unavailable for c in self.kube.caches if c.unavailable is not None
+            },
             "role": role,
             "identity": self.identity,
         }

@@ -142,6 +142,7 @@ def _inputs(comp: ComponentState, signals: Signals | None) -> dict[str, Any]:
     found = comp.discovered
     obs = comp.observation
     return {
+        "scale_target": str(found.scale_target),
         "spec_gangs": found.spec_gangs,
         "resource_version": found.resource_version,
         "pods_per_gang": found.shape.pods_per_gang if found.shape else None,

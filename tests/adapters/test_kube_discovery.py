@@ -7,8 +7,9 @@ import copy
 import pytest
 
 from autoscaler.adapters.kube_discovery import ParseCache, discover, template_digest
+from autoscaler.adapters.kube_objects import ScaleTarget
 from autoscaler.adapters.kube_state import build_state
-from autoscaler.core.model import ComponentKey, GangState
+from autoscaler.core.model import ComponentKey, DeploymentKey, GangState
 from tests.adapters.kube_fixtures import gpu_node, lws_pod, vllm_lws
 
 ON = {"gang-autoscaler.io/enabled": "true"}
@@ -66,25 +67,56 @@ def test_a_bad_annotation_is_a_problem_not_an_exception():
     )
 
 
-def _owned_by(lws, kind, *, controller):
+def _owned_by(lws, kind, *, controller, uid="0b6f"):
     lws["metadata"]["ownerReferences"] = [
         {"apiVersion": "disaggregatedset.x-k8s.io/v1", "kind": kind, "name": "llama",
-         "uid": "0b6f", "controller": controller},
+         "uid": uid, "controller": controller},
     ]  # fmt: skip
     return lws
 
 
+def _role_lws(role, *, revision="7c9d", annotations=None):
+    """An LWS as the DisaggregatedSet controller makes it for `role` of set `llama`: the
+    role's metadata annotations, the set's labels, the set as controller."""
+    lws = vllm_lws(
+        name=f"llama-0-{revision}-{role}",
+        annotations={**ON, "gang-autoscaler.io/component": role, **(annotations or {})},
+        replicas=2,
+    )
+    lws["metadata"]["labels"] = {
+        "disaggregatedset.x-k8s.io/name": "llama",
+        "disaggregatedset.x-k8s.io/role": role,
+        "disaggregatedset.x-k8s.io/revision": revision,
+        "disaggregatedset.x-k8s.io/slice": "0",
+    }
+    return _owned_by(lws, "DisaggregatedSet", controller=True)
+
+
+def _role_scaler(role, *, replicas=3, owner_uid="0b6f"):
+    """A DisaggregatedSetRoleScaler as the DisaggregatedSet controller creates it."""
+    scaler = {
+        "apiVersion": "disaggregatedset.x-k8s.io/v1",
+        "kind": "DisaggregatedSetRoleScaler",
+        "metadata": {
+            "name": f"llama-{role}", "namespace": "serving", "resourceVersion": "41",
+            "labels": {"disaggregatedset.x-k8s.io/name": "llama",
+                       "disaggregatedset.x-k8s.io/role": role},
+        },
+        "spec": {"replicas": replicas},
+    }  # fmt: skip
+    return _owned_by(scaler, "DisaggregatedSet", controller=True, uid=owner_uid)
+
+
 def test_an_lws_another_controller_scales_is_held_with_its_deployment():
     prefill, decode = _pd()
-    found = discover([_owned_by(prefill, "DisaggregatedSet", controller=True), decode])
+    found = discover([_owned_by(prefill, "ModelServer", controller=True), decode])
     owned = found[ComponentKey("serving", "llama-prefill")]
     partner = found[ComponentKey("serving", "llama-decode")]
     assert owned.policy is None and not owned.usable
     assert owned.shape is not None  # still observed, so /decisions shows its gangs
     (problem,) = owned.problems
     assert problem.annotation == "gang-autoscaler.io/enabled"
-    assert "controlled by DisaggregatedSet llama, which sets its spec.replicas" in problem.message
-    assert "DisaggregatedSetRoleScaler" in problem.message
+    assert "controlled by ModelServer llama, which sets its spec.replicas" in problem.message
     assert not partner.usable
     assert "component llama-prefill of this deployment has a policy problem" in str(
         partner.problems[0]
@@ -97,6 +129,60 @@ def test_an_owner_that_is_not_the_controller_leaves_the_lws_ours():
     prefill, decode = _pd()
     found = discover([_owned_by(prefill, "DisaggregatedSet", controller=False), decode])
     assert all(c.usable for c in found.values())
+
+
+def test_an_external_role_is_scaled_through_its_role_scaler():
+    lws = [_role_lws("prefill"), _role_lws("decode")]
+    scalers = [_role_scaler("prefill", replicas=3), _role_scaler("decode", replicas=1)]
+    found = discover(lws, role_scalers=scalers)
+    assert all(c.usable for c in found.values()), [c.problems for c in found.values()]
+    prefill = found[ComponentKey("serving", "llama-0-7c9d-prefill")]
+    assert prefill.scale_target == ScaleTarget.role_scaler("llama-prefill")
+    # the count and version the write is conditional on are the RoleScaler's, not the LWS's
+    assert (prefill.spec_gangs, prefill.resource_version) == (3, "41")
+    assert prefill.uid == "uid-llama-0-7c9d-prefill"  # Events still go to the LWS
+    # the roles pair up under the set's name: the LWS names change at every rollout
+    assert prefill.deployment == DeploymentKey("serving", "llama")
+    plain = discover(_pd())[ComponentKey("serving", "llama-prefill")]
+    assert plain.scale_target == ScaleTarget.lws("llama-prefill")
+
+
+def test_a_static_role_holds_and_says_how_to_make_it_external():
+    lws = [_role_lws("prefill"), _role_lws("decode")]
+    found = discover(lws, role_scalers=[_role_scaler("decode")])
+    prefill = found[ComponentKey("serving", "llama-0-7c9d-prefill")]
+    decode = found[ComponentKey("serving", "llama-0-7c9d-decode")]
+    assert prefill.policy is None and decode.policy is not None
+    assert "no DisaggregatedSetRoleScaler llama-prefill" in prefill.problems[0].message
+    assert "set `scaling.mode: External` on the role" in prefill.problems[0].message
+    assert not decode.usable  # its deployment holds with it
+    assert "component llama-0-7c9d-prefill of this deployment" in decode.problems[0].message
+    unreadable = discover(lws, role_scalers_error="403 Forbidden")
+    assert "(DisaggregatedSetRoleScalers cannot be read: 403 Forbidden)" in str(
+        unreadable[ComponentKey("serving", "llama-0-7c9d-decode")].problems[0]
+    )
+
+
+def test_a_role_scaler_of_another_set_of_the_same_name_is_not_used():
+    # left over from a deleted set of the same name: its uid is not the LWS owner's
+    lws = [_role_lws("prefill"), _role_lws("decode")]
+    scalers = [_role_scaler("prefill", owner_uid="old"), _role_scaler("decode")]
+    found = discover(lws, role_scalers=scalers)
+    assert found[ComponentKey("serving", "llama-0-7c9d-prefill")].policy is None
+
+
+def test_a_role_with_two_lws_holds_until_one_remains():
+    # mid-rollout: the old and the new revision's LWS both exist for each role
+    lws = [_role_lws(r, revision=v) for r in ("prefill", "decode") for v in ("7c9d", "e51a")]
+    found = discover(lws, role_scalers=[_role_scaler("prefill"), _role_scaler("decode")])
+    assert not any(c.usable or c.policy for c in found.values())
+    message = found[ComponentKey("serving", "llama-0-e51a-decode")].problems[0].message
+    assert message.startswith(
+        "2 LWS share DisaggregatedSetRoleScaler llama-decode "
+        "(llama-0-7c9d-decode, llama-0-e51a-decode)"
+    )
+    done = discover(lws[::2], role_scalers=[_role_scaler("prefill"), _role_scaler("decode")])
+    assert all(c.usable for c in done.values())
 
 
 def test_namespaces_filter():

@@ -3,7 +3,9 @@
 Fails on any wildcard, any access to secrets, any verb beyond the list DESIGN and issue 8
 allow, and on Leases granted anywhere but a Role in the release namespace.
 
-Two read-only grants go beyond issue 8's list because the Kubernetes adapter makes these
+The DisaggregatedSetRoleScaler grants mirror the LWS ones: a DisaggregatedSet role with
+`scaling.mode: External` is scaled through its RoleScaler's /scale, not its LWS's. Two
+read-only grants go beyond issue 8's list because the Kubernetes adapter makes these
 calls: `list` on HorizontalPodAutoscalers (before each /scale write it refuses to fight an
 HPA that targets the same LWS) and `get` on the one PriorityClass `gang-autoscaler-balloon`
 (checked for its value when an instance becomes leader). Neither can change anything.
@@ -21,6 +23,8 @@ from tests.charts.conftest import NAMESPACE
 CLUSTER_ALLOWED: dict[tuple[str, str], set[str]] = {
     ("leaderworkerset.x-k8s.io", "leaderworkersets"): {"get", "list", "watch"},
     ("leaderworkerset.x-k8s.io", "leaderworkersets/scale"): {"get", "update", "patch"},
+    ("disaggregatedset.x-k8s.io", "disaggregatedsetrolescalers"): {"get", "list", "watch"},
+    ("disaggregatedset.x-k8s.io", "disaggregatedsetrolescalers/scale"): {"get", "update", "patch"},
     ("", "pods"): {"get", "list", "watch", "create", "delete"},
     ("", "nodes"): {"get", "list", "watch"},
     ("", "events"): {"create", "patch"},
@@ -108,6 +112,9 @@ def _rule(group: str, resource: str, verb: str) -> dict[str, Any]:
         pytest.param(_rule("*", "pods", "get"), id="group-wildcard"),
         pytest.param(_rule("", "pods", "*"), id="verb-wildcard"),
         pytest.param(_rule("", "pods", "patch"), id="extra-verb"),
+        pytest.param(
+            _rule("disaggregatedset.x-k8s.io", "disaggregatedsets", "update"), id="set-write"
+        ),
         pytest.param(_rule("autoscaling", "horizontalpodautoscalers", "update"), id="hpa-write"),
         pytest.param(_rule("scheduling.k8s.io", "priorityclasses", "get"), id="any-priorityclass"),
         pytest.param(

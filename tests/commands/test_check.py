@@ -304,24 +304,71 @@ def test_an_lws_another_controller_owns_is_reported(tmp_path, capsys):
     ]  # and its partner is not told it lacks a prefill component
 
 
-def test_a_disaggregated_set_whose_roles_opt_in_is_reported(tmp_path, capsys):
-    # The upstream prefill/decode sample (shared data), its roles' LWS metadata opted in.
+def _sample_set():
+    # The upstream prefill/decode sample (shared data).
     sample = shared_data_path(
         "examples", "lws_config_samples_disaggregatedset_v1_disaggregatedset.yaml"
     )
-    doc = yaml.safe_load(sample.read_text())
-    doc["spec"]["roles"][1]["metadata"] = {
-        "annotations": {PREFIX + "enabled": "true", PREFIX + "component": "decode"}
+    return sample, yaml.safe_load(sample.read_text())
+
+
+def _opt_in(role, component, **extra):
+    role["metadata"] = {
+        "annotations": {PREFIX + "enabled": "true", PREFIX + "component": component, **extra}
     }
+
+
+def test_a_static_disaggregated_set_role_that_opts_in_is_reported(tmp_path, capsys):
+    sample, doc = _sample_set()
+    _opt_in(doc["spec"]["roles"][1], "decode")
     path = tmp_path / "ds.yaml"
     path.write_text(yaml.safe_dump(doc))
     assert main(["check", str(path)]) == 1
     out = capsys.readouterr().out.splitlines()
-    assert len(out) == 1  # the prefill role carries no annotations
+    subject = f"{path}: default/disaggregatedset-sample role decode"
     assert out[0].startswith(
-        f"{path}: default/disaggregatedset-sample: spec.roles[1].metadata.annotations: "
-        "role decode: this LWS is controlled by DisaggregatedSet disaggregatedset-sample"
+        f"{subject}: spec.roles[1].scaling.mode: this LWS is role decode of DisaggregatedSet "
+        "disaggregatedset-sample, which sets its spec.replicas, and there is no "
+        "DisaggregatedSetRoleScaler disaggregatedset-sample-decode"
     )
-    assert "DisaggregatedSetRoleScaler (scaling.mode: External)" in out[0]
+    assert "set `scaling.mode: External` on the role" in out[0]
+    # the roles pair up under the set's name, so the missing partner is named too
+    assert out[1:] == [
+        f"{subject}: gang-autoscaler.io/deployment: no prefill component found for this "
+        "deployment (got 'disaggregatedset-sample')"
+    ]
     # the sample as shipped, without the annotations, is fine
     assert main(["check", str(sample)]) == 0
+
+
+def test_external_disaggregated_set_roles_are_checked_as_the_lws_they_become(tmp_path, capsys):
+    _, doc = _sample_set()
+    for role in doc["spec"]["roles"]:
+        role["scaling"] = {"mode": "External"}
+        _opt_in(role, role["name"])
+    path = tmp_path / "ds.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    assert main(["check", str(path)]) == 0, capsys.readouterr().out
+    # each role becomes one LWS
+    assert "ok: 2 opted-in LeaderWorkerSet(s)" in capsys.readouterr().err
+    # a role's own annotations are checked as an LWS's are
+    _opt_in(doc["spec"]["roles"][0], "prefill", **{PREFIX + "max-replicas": "lots"})
+    path.write_text(yaml.safe_dump(doc))
+    assert main(["check", str(path)]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith(
+        f"{path}: default/disaggregatedset-sample role prefill: gang-autoscaler.io/max-replicas:"
+    )
+
+
+def test_the_lws_of_a_disaggregated_set_role_is_checked_in_the_set(tmp_path, capsys):
+    # `kubectl get lws -o yaml` of an External role: the set's to say, not the LWS's
+    path = manifest(tmp_path, *pd())
+    docs = list(yaml.safe_load_all(path.read_text()))
+    for doc in docs:
+        doc["metadata"]["ownerReferences"] = [
+            {"apiVersion": "disaggregatedset.x-k8s.io/v1", "kind": "DisaggregatedSet",
+             "name": "chat", "uid": "u1", "controller": True},
+        ]  # fmt: skip
+    path.write_text(yaml.safe_dump_all(docs))
+    assert main(["check", str(path)]) == 0, capsys.readouterr().out

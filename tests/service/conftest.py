@@ -26,6 +26,7 @@ NAMESPACES = (
     "restart",
     "badpolicy",
     "owned",
+    "roles",
 )
 
 

@@ -10,6 +10,10 @@ import yaml
 
 from autoscaler.core.gang_plan import Reason
 from tests.harness.fake_kube import FakeKube
+from tests.harness.fake_kube.disaggregatedset_controller import (
+    reconcile_disaggregatedsets,
+    role_lws,
+)
 from tests.harness.shared_data import shared_data_path
 from tests.service.conftest import Live
 from tests.service.stack import (
@@ -302,3 +306,72 @@ async def _never_scaled_until_released(kube: FakeKube, live: Live, ns: str) -> N
         await wait_until(decode_scaled, timeout_s=20, what="decode scaled once released")
     finally:
         await running.close()
+
+
+def _role_set(ns: str) -> dict[str, Any]:
+    """The upstream DisaggregatedSet sample (shared data) as `llama`, one slice, its roles
+    External and carrying the example's LWS specs and gang-autoscaler annotations."""
+    sample = shared_data_path(
+        "examples", "lws_config_samples_disaggregatedset_v1_disaggregatedset.yaml"
+    )
+    ds = yaml.safe_load(sample.read_text())
+    ds["metadata"].update(name="llama", namespace=ns)
+    ds["spec"]["slices"] = 1
+    lws = {
+        m["metadata"]["annotations"]["gang-autoscaler.io/component"]: m
+        for m in pd_manifests(ns, {})
+    }
+    for role in ds["spec"]["roles"]:
+        role["scaling"] = {"mode": "External"}
+        role["metadata"] = {"annotations": lws[role["name"]]["metadata"]["annotations"]}
+        role["spec"] = lws[role["name"]]["spec"]
+    return ds
+
+
+async def test_an_external_disaggregated_set_role_is_scaled_through_its_role_scaler(
+    live: Live,
+) -> None:
+    ns = "roles"
+    crds = tuple(
+        shared_data_path("crds", f"disaggregatedset.x-k8s.io_{plural}.yaml")
+        for plural in ("disaggregatedsets", "disaggregatedsetrolescalers")
+    )
+    async with FakeKube.start(bookmark_interval_s=0.5, crd_files=crds) as kube:
+        kube.add_controller(reconcile_disaggregatedsets)
+        add_gpu_zones(kube, zones=8)
+        kube.add_namespace(ns)
+        created = kube.apply(_role_set(ns))
+        # Each role's LWS as the DisaggregatedSet controller makes it: the role's metadata
+        # and spec, the set's labels, the set as controller.
+        for manifest in pd_manifests(ns, {}):
+            role = manifest["metadata"]["annotations"]["gang-autoscaler.io/component"]
+            kube.apply(role_lws(manifest, ds=created, role=role))
+        before = {lws: spec_gangs(kube, ns, lws) for lws in (PREFILL, DECODE)}
+        assert {r: kube.object("disaggregatedsetrolescalers", ns, f"llama-{r}")["spec"]["replicas"]
+                for r in ("prefill", "decode")} == {"prefill": 1, "decode": 1}  # fmt: skip
+        assert before == {PREFILL: 1, DECODE: 1}  # driven by the RoleScalers' seed
+
+        live.exporter.set_lws(namespace=ns, lws=PREFILL, waiting=0, kv_usage_fraction=0.5)
+        live.exporter.set_lws(namespace=ns, lws=DECODE, waiting=20, kv_usage_fraction=0.9)
+        running = await start_service(kube, settings_for(live.prometheus.url))
+        try:
+
+            async def decode_scaled() -> bool:
+                return spec_gangs(kube, ns, DECODE) > before[DECODE]
+
+            await wait_until(decode_scaled, timeout_s=20, what="decode scaled up")
+            scale_writes = [w[1] for w in writes(kube) if w[1].endswith("/scale")]
+            assert scale_writes and all(
+                w.endswith(f"/namespaces/{ns}/disaggregatedsetrolescalers/llama-decode/scale")
+                for w in scale_writes
+            ), scale_writes  # never the LWS's own /scale, which the set would revert
+            scaler = kube.object("disaggregatedsetrolescalers", ns, "llama-decode")
+            assert scaler["spec"]["replicas"] == spec_gangs(kube, ns, DECODE)
+            _, body = await running.get("/decisions")
+            entry = body["components"][f"{ns}/{DECODE}"]
+            assert entry["inputs"]["scale_target"] == "DisaggregatedSetRoleScaler llama-decode"
+            assert entry["policy_problems"] == []
+            assert [e for e in kube.objects("events", ns) if e["reason"] == "InvalidPolicy"] == []
+
+        finally:
+            await running.close()
