@@ -43,8 +43,6 @@ from autoscaler.core.policy import (
 )
 from autoscaler.core.shape import GangShape, QuantityError, gang_shape_from_lws
 
-DISAGGREGATED_SET_KIND = DS_KIND
-
 
 @dataclass(frozen=True, slots=True)
 class ParsedLws:
@@ -122,8 +120,9 @@ def role_of(lws: Obj, owner: Controller | None) -> str | None:
     return str(role) if role else None
 
 
-def role_scaler_name(owner: Controller, role: str) -> str:
-    return f"{owner.name}-{role}"
+def role_scaler_name(set_name: str, role: str) -> str:
+    """The RoleScaler the DisaggregatedSet controller creates for an External role."""
+    return f"{set_name}-{role}"
 
 
 def controller_problem(obj: Mapping[str, Any]) -> PolicyProblem | None:
@@ -163,9 +162,9 @@ def static_role(
     else:
         message = (
             f"this LWS is role {role} of DisaggregatedSet {ds_name}, which sets its "
-            f"spec.replicas, and there is no DisaggregatedSetRoleScaler "
-            f"{ds_name}-{role} to scale it through: set `scaling.mode: External` on the role; "
-            "until then the component holds"
+            "spec.replicas, and there is no DisaggregatedSetRoleScaler "
+            f"{role_scaler_name(ds_name, role)} to scale it through: set "
+            "`scaling.mode: External` on the role; until then the component holds"
         )
     if scalers_error:
         message += f" (DisaggregatedSetRoleScalers cannot be read: {scalers_error})"
@@ -301,7 +300,7 @@ def _scale_through_owner(
     role = role_of(lws, owner)
     scaler = None
     if role is not None:
-        scaler = role_scalers.get((key.namespace, role_scaler_name(owner, role)))
+        scaler = role_scalers.get((key.namespace, role_scaler_name(owner.name, role)))
     if scaler is None or not _controls(owner, scaler):
         item["problems"].insert(0, static_role(owner.name, role, scalers_error=scalers_error))
         item["policy"] = None

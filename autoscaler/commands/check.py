@@ -25,11 +25,11 @@ import yaml
 from pydantic import ValidationError
 
 from autoscaler.adapters.kube_discovery import (
-    DISAGGREGATED_SET_KIND,
     controller_problem,
     static_role,
     with_defaults,
 )
+from autoscaler.adapters.kube_objects import DS_KIND
 from autoscaler.core.model import ComponentKey, DeploymentKey
 from autoscaler.core.policy import (
     PREFIX,
@@ -65,7 +65,7 @@ def _is_lws(doc: Mapping[str, Any]) -> bool:
 
 
 def _is_disaggregated_set(doc: Mapping[str, Any]) -> bool:
-    return doc.get("kind") == DISAGGREGATED_SET_KIND and str(doc.get("apiVersion", "")).startswith(
+    return doc.get("kind") == DS_KIND and str(doc.get("apiVersion", "")).startswith(
         DISAGGREGATED_SET_API_GROUP
     )
 
@@ -118,7 +118,7 @@ def _roles(source: str, doc: Mapping[str, Any]) -> list[_Candidate]:
                 source,
                 ComponentKey(namespace, f"{name}-{role_name}"),
                 subject,
-                {**role_meta, "name": f"{name}-{role_name}"},
+                role_meta,
                 role,
                 template_path=f"spec.roles[{index}].spec.leaderWorkerTemplate",
                 defaults={PREFIX + "deployment": name},

@@ -8,9 +8,9 @@ them.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
 import yaml
@@ -70,73 +70,75 @@ async def role_kube() -> AsyncIterator[FakeKube]:
         yield server
 
 
-async def _adapter(kube: FakeKube) -> tuple[Any, KubeAdapter]:
-    api = kube.api_client()
-    adapter = KubeAdapter(api, watch_timeout_s=30, event_instance="test-0")
-    await adapter.start(sync_timeout_s=5)
-    return api, adapter
+@contextlib.asynccontextmanager
+async def started_adapter(kube: FakeKube) -> AsyncIterator[KubeAdapter]:
+    async with kube.api_client() as api:
+        adapter = KubeAdapter(api, watch_timeout_s=30, event_instance="test-0")
+        await adapter.start(sync_timeout_s=5)
+        try:
+            yield adapter
+        finally:
+            await adapter.close()
+
+
+@pytest.fixture
+async def adapter(role_kube: FakeKube) -> AsyncIterator[KubeAdapter]:
+    async with started_adapter(role_kube) as started:
+        yield started
 
 
 async def test_without_the_crd_the_role_scalers_are_none_and_the_view_is_not_stale() -> None:
     # a cluster with LWS before v0.10: the RoleScaler API is not served (404)
-    async with FakeKube.start(bookmark_interval_s=0.1) as kube:
-        api, adapter = await _adapter(kube)
-        try:
-            assert adapter.role_scalers.unavailable is not None
-            assert adapter.role_scalers.unavailable.startswith("HTTP 404")
-            assert adapter.role_scalers.items() == []
-            assert adapter.stale_view() is None
-            assert adapter.role_scalers.failing_for_s() == 0.0
-        finally:
-            await adapter.close()
-            await api.close()
+    async with FakeKube.start(bookmark_interval_s=0.1) as kube, started_adapter(kube) as adapter:
+        assert adapter.role_scalers.unavailable is not None
+        assert adapter.role_scalers.unavailable.startswith("HTTP 404")
+        assert adapter.role_scalers.items() == []
+        assert adapter.stale_view() is None
+        assert adapter.role_scalers.failing_for_s() == 0.0
 
 
-async def test_a_role_scaler_is_written_and_its_set_drives_the_lws(role_kube) -> None:
+async def test_a_role_scaler_is_written_and_its_set_drives_the_lws(role_kube, adapter) -> None:
     add_gpu_nodes(role_kube, 4)
     add_role_set(role_kube)
-    api, adapter = await _adapter(role_kube)
-    try:
-        await settle(adapter, role_kube)
-        assert adapter.role_scalers.unavailable is None
-        state = adapter.snapshot(now_s=time.time())
-        assert state.components[DECODE].discovered.usable, state.problems
-        report = await adapter.apply(
-            GangPlan({DECODE: component_plan(DECODE, current=1, desired=2)}), state, dry_run=False
-        )
-        assert report.components[DECODE].scale.result is ScaleResult.SCALED
-        assert scaler_replicas(role_kube, "llama-decode") == 2
-        assert spec_replicas(role_kube, "llama-decode") == 2  # the set's controller copied it
-        assert [r[1] for r in role_kube.requests("PATCH", "/scale")] == [
-            f"/apis/disaggregatedset.x-k8s.io/v1/namespaces/{NS}"
-            "/disaggregatedsetrolescalers/llama-decode/scale"
-        ]
+    await settle(adapter, role_kube)
+    assert adapter.role_scalers.unavailable is None
+    state = adapter.snapshot(now_s=time.time())
+    assert state.components[DECODE].discovered.usable, state.problems
+    report = await adapter.apply(
+        GangPlan({DECODE: component_plan(DECODE, current=1, desired=2)}), state, dry_run=False
+    )
+    assert report.components[DECODE].scale.result is ScaleResult.SCALED
+    assert scaler_replicas(role_kube, "llama-decode") == 2
+    assert spec_replicas(role_kube, "llama-decode") == 2  # the set's controller copied it
+    assert [r[1] for r in role_kube.requests("PATCH", "/scale")] == [
+        f"/apis/disaggregatedset.x-k8s.io/v1/namespaces/{NS}"
+        "/disaggregatedsetrolescalers/llama-decode/scale"
+    ]
 
-        # Someone scales the role by hand: that is another writer, as on an LWS.
-        scalers = role_kube.resource("disaggregatedsetrolescalers")
-        role_kube.patch_scale(
-            scalers,
-            NS,
-            "llama-decode",
-            {"spec": {"replicas": 4}},
-            content_type="application/merge-patch+json",
-        )
-        await settle(adapter, role_kube)
-        state = adapter.snapshot(now_s=time.time())
-        assert state.components[DECODE].discovered.spec_gangs == 4
-        report = await adapter.apply(
-            GangPlan({DECODE: component_plan(DECODE, current=4, desired=3)}), state, dry_run=False
-        )
-        assert report.components[DECODE].scale.result is ScaleResult.OTHER_WRITER
-        assert scaler_replicas(role_kube, "llama-decode") == 4
-        (warning,) = events(role_kube, "AnotherWriter")
-        assert "from 2 (our last write) to 4" in warning["message"]
-    finally:
-        await adapter.close()
-        await api.close()
+    # Someone scales the role by hand: that is another writer, as on an LWS.
+    scalers = role_kube.resource("disaggregatedsetrolescalers")
+    role_kube.patch_scale(
+        scalers,
+        NS,
+        "llama-decode",
+        {"spec": {"replicas": 4}},
+        content_type="application/merge-patch+json",
+    )
+    await settle(adapter, role_kube)
+    state = adapter.snapshot(now_s=time.time())
+    assert state.components[DECODE].discovered.spec_gangs == 4
+    report = await adapter.apply(
+        GangPlan({DECODE: component_plan(DECODE, current=4, desired=3)}), state, dry_run=False
+    )
+    assert report.components[DECODE].scale.result is ScaleResult.OTHER_WRITER
+    assert scaler_replicas(role_kube, "llama-decode") == 4
+    (warning,) = events(role_kube, "AnotherWriter")
+    assert "from 2 (our last write) to 4" in warning["message"]
 
 
-async def test_an_hpa_on_the_role_scaler_is_reported_and_nothing_is_written(role_kube) -> None:
+async def test_an_hpa_on_the_role_scaler_is_reported_and_nothing_is_written(
+    role_kube, adapter
+) -> None:
     add_gpu_nodes(role_kube, 4)
     add_role_set(role_kube)
     # upstream's own example: an HPA whose target is the role's RoleScaler
@@ -151,41 +153,33 @@ async def test_an_hpa_on_the_role_scaler_is_reported_and_nothing_is_written(role
     hpa["spec"]["scaleTargetRef"]["name"] = "llama-decode"
     hpa["spec"]["minReplicas"] = 1
     role_kube.apply(hpa)
-    api, adapter = await _adapter(role_kube)
-    try:
-        await settle(adapter, role_kube)
-        state = adapter.snapshot(now_s=time.time())
-        report = await adapter.apply(
-            GangPlan({DECODE: component_plan(DECODE, current=1, desired=2)}), state, dry_run=False
-        )
-        assert report.components[DECODE].scale.result is ScaleResult.OTHER_WRITER
-        assert role_kube.requests("PATCH", "/scale") == []
-        (warning,) = events(role_kube, "AnotherWriter")
-        assert (
-            f"HorizontalPodAutoscaler {NS}/decode-cpu targets DisaggregatedSetRoleScaler "
-            "llama-decode" in warning["message"]
-        )
-    finally:
-        await adapter.close()
-        await api.close()
+    await settle(adapter, role_kube)
+    state = adapter.snapshot(now_s=time.time())
+    report = await adapter.apply(
+        GangPlan({DECODE: component_plan(DECODE, current=1, desired=2)}), state, dry_run=False
+    )
+    assert report.components[DECODE].scale.result is ScaleResult.OTHER_WRITER
+    assert role_kube.requests("PATCH", "/scale") == []
+    (warning,) = events(role_kube, "AnotherWriter")
+    assert (
+        f"HorizontalPodAutoscaler {NS}/decode-cpu targets DisaggregatedSetRoleScaler "
+        "llama-decode" in warning["message"]
+    )
 
 
-async def test_a_static_role_is_held_with_an_event_that_says_how_to_scale_it(role_kube) -> None:
+async def test_a_static_role_is_held_with_an_event_that_says_how_to_scale_it(
+    role_kube, adapter
+) -> None:
     add_gpu_nodes(role_kube, 4)
     add_role_set(role_kube, external=False)
-    api, adapter = await _adapter(role_kube)
-    try:
-        await settle(adapter, role_kube)
-        state = adapter.snapshot(now_s=time.time())
-        assert state.policies == {}
-        await adapter.apply(GangPlan({}), state, dry_run=False)
-        assert role_kube.objects("disaggregatedsetrolescalers", NS) == []
-        warned = events(role_kube, "InvalidPolicy")
-        assert sorted(e["involvedObject"]["name"] for e in warned) == [
-            "llama-decode",
-            "llama-prefill",
-        ]
-        assert all("set `scaling.mode: External`" in e["message"] for e in warned)
-    finally:
-        await adapter.close()
-        await api.close()
+    await settle(adapter, role_kube)
+    state = adapter.snapshot(now_s=time.time())
+    assert state.policies == {}
+    await adapter.apply(GangPlan({}), state, dry_run=False)
+    assert role_kube.objects("disaggregatedsetrolescalers", NS) == []
+    warned = events(role_kube, "InvalidPolicy")
+    assert sorted(e["involvedObject"]["name"] for e in warned) == [
+        "llama-decode",
+        "llama-prefill",
+    ]
+    assert all("set `scaling.mode: External`" in e["message"] for e in warned)
