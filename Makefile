@@ -24,7 +24,7 @@ install-runtime:
 lint:
 	$(PYTHON) -m ruff check .
 	$(PYTHON) -m ruff format --check .
-	$(PYTHON) -m mypy autoscaler forecasting
+	$(PYTHON) -m mypy autoscaler forecasting benchmarks
 	$(PYTHON) -c "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())"
 
 simulate: install-runtime

@@ -99,7 +99,7 @@ def accuracy() -> list[dict[str, object]]:
 def five_minute(name: str, *, days: int) -> Series:
     trace = load_trace(name)
     values = np.repeat(trace.series.values[: days * 144], 2)
-    return Series((np.arange(values.size) + 1) * FIVE_MIN_S, values)
+    return Series(np.arange(1, values.size + 1, dtype=np.float64) * FIVE_MIN_S, values)
 
 
 def cost(name: str, *, model: str = DEFAULT_MODEL, fits: int = 5) -> dict[str, object]:
@@ -145,7 +145,9 @@ async def _max_tick_gap(executor: Executor, history: Series) -> tuple[float, flo
     make = functools.partial(make_forecaster, DEFAULT_MODEL, step_s=FIVE_MIN_S)
     loop = asyncio.get_running_loop()
     # Warm the worker first so process start-up is not counted as fit time.
-    await loop.run_in_executor(executor, fit_forecaster, make, _seen(make, Series([300.0], [1.0])))
+    await loop.run_in_executor(
+        executor, fit_forecaster, make, _seen(make, Series(np.array([300.0]), np.array([1.0])))
+    )
     future = loop.run_in_executor(executor, fit_forecaster, make, _seen(make, history))
     started = last = time.perf_counter()
     worst = 0.0

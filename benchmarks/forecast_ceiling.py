@@ -33,7 +33,6 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from autoscaler.commands.simulate import default_traces_dir
 from autoscaler.sim.baselines import OracleController, PlannedController
 from autoscaler.sim.config import load_settings
 from autoscaler.sim.controller import Controller
@@ -45,6 +44,7 @@ from autoscaler.sim.workload import resolve_trace
 from forecasting.models import MODELS, PLANNING_MODEL, make_forecaster
 from forecasting.protocol import Forecaster, ForecastResult
 from forecasting.series import Series
+from forecasting.traces import default_traces_dir
 
 
 class Clairvoyant:

@@ -25,8 +25,10 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
+from typing import TypeVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -68,7 +70,12 @@ def build(
     return targets
 
 
-async def loop_stall_s(awaitable_factory, *, period_s: float = 0.01) -> tuple[object, float]:  # type: ignore[no-untyped-def]
+T = TypeVar("T")
+
+
+async def loop_stall_s(
+    awaitable_factory: Callable[[], Awaitable[T]], *, period_s: float = 0.01
+) -> tuple[T, float]:
     """Run the coroutine while a 10 ms ticker measures the largest gap between its ticks."""
     worst = 0.0
     stop = asyncio.Event()

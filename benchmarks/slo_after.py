@@ -17,12 +17,12 @@ import argparse
 from pathlib import Path
 
 from autoscaler.commands.arg_types import positive_duration_s
-from autoscaler.commands.simulate import default_traces_dir
 from autoscaler.sim.config import load_settings
 from autoscaler.sim.engine import simulate
 from autoscaler.sim.metrics import measure
 from autoscaler.sim.runner import POLICIES, build_controllers, load_workload, with_quota
 from autoscaler.sim.workload import resolve_trace
+from forecasting.traces import default_traces_dir
 
 
 def main() -> None:

@@ -70,6 +70,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterable, Iterator, Mapping
+from datetime import timedelta
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -314,19 +315,19 @@ async def measure(
     info: dict[str, Any], *, history_days: float, ticks: int, warmup: int
 ) -> dict[str, Any]:
     from autoscaler.adapters.kube_client import new_api_client
-    from autoscaler.adapters.prometheus_queries import PrometheusQueries as AdapterQueries
+    from autoscaler.adapters.prometheus_queries import PrometheusQueries
     from autoscaler.service.app import Service
-    from autoscaler.service.settings import PrometheusQueries, RunSettings
+    from autoscaler.service.settings import RunSettings
 
     window = f"{RATE_WINDOW_S:g}s"
-    vllm = AdapterQueries.vllm(rate_window=window, mean_window=window)
+    vllm = PrometheusQueries.vllm(rate_window=window, mean_window=window)
     settings = RunSettings(
         prometheus_url=info["prometheus_url"],
         kubeconfig=Path(info["kubeconfig"]),
         http_port=_free_port(),
         lease_namespace="default",
         backfill_days=history_days,
-        staleness_limit="60s",
+        staleness_limit=timedelta(seconds=60),
         queries=PrometheusQueries(
             waiting=vllm.waiting,
             running=vllm.running,
