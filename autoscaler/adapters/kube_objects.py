@@ -61,6 +61,16 @@ class ScaleTarget:
     def role_scaler(cls, name: str) -> ScaleTarget:
         return cls(DS_GROUP, DS_VERSION, ROLE_SCALER_PLURAL, ROLE_SCALER_KIND, name)
 
+    def is_target_of(self, scale_target_ref: Mapping[str, Any]) -> bool:
+        """Whether an autoscaler's `scaleTargetRef` (HPA, KEDA ScaledObject) names this
+        object: kind, name and API group (any version)."""
+        group = str(scale_target_ref.get("apiVersion", "")).split("/")[0]
+        return (scale_target_ref.get("kind"), scale_target_ref.get("name"), group) == (
+            self.kind,
+            self.name,
+            self.group,
+        )
+
     def __str__(self) -> str:
         return f"{self.kind} {self.name}"
 

@@ -116,13 +116,7 @@ class LwsScaler:
             log.warning("cannot list HPAs in %s: %s", key.namespace, describe(err))
             return None
         for hpa in body.get("items") or []:
-            ref = (hpa.get("spec") or {}).get("scaleTargetRef") or {}
-            group = str(ref.get("apiVersion", "")).split("/")[0]
-            if (ref.get("kind"), ref.get("name"), group) == (
-                target.kind,
-                target.name,
-                target.group,
-            ):
+            if target.is_target_of((hpa.get("spec") or {}).get("scaleTargetRef") or {}):
                 return str((hpa.get("metadata") or {}).get("name"))
         return None
 

@@ -9,7 +9,12 @@ A DisaggregatedSet's roles are checked as the LWS each becomes: the role's
 `metadata.annotations` are that LWS's, and its deployment defaults to the set's name. A role
 the service cannot scale (one without `scaling.mode: External`) is reported. An LWS manifest
 that another controller owns is reported, except a DisaggregatedSet's: whether its role is
-External is written in the DisaggregatedSet, and checked there.
+External is written in the DisaggregatedSet, and checked there. So is a set of more than
+one slice, whose roles have one LWS per slice: the service holds those.
+
+A HorizontalPodAutoscaler or KEDA ScaledObject in the same files whose `scaleTargetRef` is
+an opted-in LWS (or a role's DisaggregatedSetRoleScaler) is reported: the service never
+writes a target another autoscaler owns.
 """
 
 from __future__ import annotations
@@ -26,10 +31,11 @@ from pydantic import ValidationError
 
 from autoscaler.adapters.kube_discovery import (
     controller_problem,
+    role_scaler_name,
     static_role,
     with_defaults,
 )
-from autoscaler.adapters.kube_objects import DS_KIND
+from autoscaler.adapters.kube_objects import DS_KIND, ScaleTarget
 from autoscaler.core.model import ComponentKey, DeploymentKey
 from autoscaler.core.policy import (
     PREFIX,
@@ -45,6 +51,9 @@ from autoscaler.service.settings import BufferDefaults
 
 LWS_API_GROUP = "leaderworkerset.x-k8s.io/"
 DISAGGREGATED_SET_API_GROUP = "disaggregatedset.x-k8s.io/"
+# Other autoscalers that write a `/scale` subresource named by `spec.scaleTargetRef`: the
+# HPA (autoscaling/v1 and v2) and KEDA's ScaledObject (which drives an HPA of its own).
+OTHER_AUTOSCALERS = {"HorizontalPodAutoscaler": "autoscaling/", "ScaledObject": "keda.sh/"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +92,7 @@ class _Candidate:
     subject: str  # where its findings point
     metadata: Mapping[str, Any]
     lws: Mapping[str, Any]  # the LWS, or the role (its `spec` is the LWS's)
+    scale_target: ScaleTarget
     template_path: str = "spec.leaderWorkerTemplate"
     defaults: Mapping[str, str] | None = None  # over the operator's, under its own
     findings: tuple[Finding, ...] = ()
@@ -98,6 +108,7 @@ def _roles(source: str, doc: Mapping[str, Any]) -> list[_Candidate]:
     roles = _mapping(doc.get("spec")).get("roles")
     if not isinstance(roles, list):
         return []
+    slices = _mapping(doc.get("spec")).get("slices", 1)
     found = []
     for index, role in enumerate(roles):
         role = _mapping(role)
@@ -105,14 +116,24 @@ def _roles(source: str, doc: Mapping[str, Any]) -> list[_Candidate]:
         subject = f"{namespace}/{name} role {role_name}"
         role_meta = _mapping(role.get("metadata"))
         annotations = _mapping(role_meta.get("annotations"))
-        static: tuple[Finding, ...] = ()
-        if any(str(k).startswith(PREFIX) for k in annotations) and (
-            _mapping(role.get("scaling")).get("mode") != "External"
-        ):
-            problem = static_role(name, role_name)
-            static = (
-                Finding(source, subject, f"spec.roles[{index}].scaling.mode", problem.message),
-            )
+        scaler = ScaleTarget.role_scaler(role_scaler_name(name, role_name))
+        unscalable: list[Finding] = []
+        if any(str(k).startswith(PREFIX) for k in annotations):
+            if _mapping(role.get("scaling")).get("mode") != "External":
+                problem = static_role(name, role_name)
+                where = f"spec.roles[{index}].scaling.mode"
+                unscalable.append(Finding(source, subject, where, problem.message))
+            if isinstance(slices, int) and slices > 1:
+                unscalable.append(
+                    Finding(
+                        source,
+                        subject,
+                        "spec.slices",
+                        f"{slices} slices give role {role_name} {slices} LWS; the service "
+                        "scales a role through its one LWS and holds a role with more "
+                        "(External scaling needs `slices: 1`)",
+                    )
+                )
         found.append(
             _Candidate(
                 source,
@@ -120,9 +141,10 @@ def _roles(source: str, doc: Mapping[str, Any]) -> list[_Candidate]:
                 subject,
                 role_meta,
                 role,
+                scaler,
                 template_path=f"spec.roles[{index}].spec.leaderWorkerTemplate",
                 defaults={PREFIX + "deployment": name},
-                findings=static,
+                findings=tuple(unscalable),
             )
         )
     return found
@@ -153,11 +175,37 @@ def _candidates(
                 str(key),
                 metadata,
                 doc,
+                ScaleTarget.lws(key.lws),
                 findings=(Finding(source, str(key), owned.annotation, owned.detail),)
                 if owned is not None
                 else (),
             )
         )
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class _OtherAutoscaler:
+    source: str
+    namespace: str
+    name: str  # "HorizontalPodAutoscaler ns/name"
+    scale_target_ref: Mapping[str, Any]
+
+
+def _other_autoscalers(
+    documents: Iterable[tuple[str, Mapping[str, Any]]],
+) -> list[_OtherAutoscaler]:
+    found = []
+    for source, doc in documents:
+        kind = doc.get("kind")
+        group = OTHER_AUTOSCALERS.get(kind) if isinstance(kind, str) else None
+        if group is None or not str(doc.get("apiVersion", "")).startswith(group):
+            continue
+        metadata = _mapping(doc.get("metadata"))
+        namespace = str(metadata.get("namespace") or "default")
+        name = f"{kind} {namespace}/{metadata.get('name', '?')}"
+        ref = _mapping(_mapping(doc.get("spec")).get("scaleTargetRef"))
+        found.append(_OtherAutoscaler(source, namespace, name, ref))
     return found
 
 
@@ -175,6 +223,8 @@ def check_documents(
     defaults = dict(
         BufferDefaults().annotations() if default_annotations is None else default_annotations
     )
+    documents = list(documents)
+    autoscalers = _other_autoscalers(documents)
     findings: list[Finding] = []
     policies: dict[ComponentKey, Policy] = {}
     unparsed: dict[ComponentKey, frozenset[str]] = {}
@@ -201,6 +251,20 @@ def check_documents(
         where[key] = (source, subject)
         # Its annotations are still checked, and it still counts in its deployment.
         findings.extend(lws.findings)
+        for other in autoscalers:
+            if other.namespace == key.namespace and lws.scale_target.is_target_of(
+                other.scale_target_ref
+            ):
+                findings.append(
+                    Finding(
+                        source,
+                        subject,
+                        PREFIX + "enabled",
+                        f"{other.name} ({other.source}) also scales {lws.scale_target}; the "
+                        "service never writes a target another autoscaler owns, so the "
+                        "component would hold: remove one of the two",
+                    )
+                )
         try:
             gang_shape_from_lws(lws.lws)
         except (QuantityError, ValueError, TypeError) as err:

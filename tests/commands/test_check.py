@@ -304,12 +304,15 @@ def test_an_lws_another_controller_owns_is_reported(tmp_path, capsys):
     ]  # and its partner is not told it lacks a prefill component
 
 
-def _sample_set():
-    # The upstream prefill/decode sample (shared data).
+def _sample_set(*, slices=1):
+    # The upstream prefill/decode sample (shared data); it runs 2 slices, which External
+    # scaling does not support, so the tests run one unless they say otherwise.
     sample = shared_data_path(
         "examples", "lws_config_samples_disaggregatedset_v1_disaggregatedset.yaml"
     )
-    return sample, yaml.safe_load(sample.read_text())
+    doc = yaml.safe_load(sample.read_text())
+    doc["spec"]["slices"] = slices
+    return sample, doc
 
 
 def _opt_in(role, component, **extra):
@@ -372,3 +375,107 @@ def test_the_lws_of_a_disaggregated_set_role_is_checked_in_the_set(tmp_path, cap
         ]  # fmt: skip
     path.write_text(yaml.safe_dump_all(docs))
     assert main(["check", str(path)]) == 0, capsys.readouterr().out
+
+
+def _external(doc):
+    for role in doc["spec"]["roles"]:
+        role["scaling"] = {"mode": "External"}
+        _opt_in(role, role["name"])
+    return doc
+
+
+def test_a_disaggregated_set_of_several_slices_is_reported(tmp_path, capsys):
+    _, doc = _sample_set(slices=2)  # as upstream ships it
+    path = tmp_path / "ds.yaml"
+    path.write_text(yaml.safe_dump(_external(doc)))
+    assert main(["check", str(path)]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out == [
+        f"{path}: default/disaggregatedset-sample role {role}: spec.slices: 2 slices give role "
+        f"{role} 2 LWS; the service scales a role through its one LWS and holds a role with "
+        "more (External scaling needs `slices: 1`)"
+        for role in ("prefill", "decode")
+    ]
+
+
+def _hpa_example():
+    # Upstream's LWS with three HPAs on it (shared data), the LWS opted in.
+    docs = list(
+        yaml.safe_load_all(
+            shared_data_path("examples", "lws_site_docs_examples_hpa.yaml").read_text()
+        )
+    )
+    docs[0]["metadata"].setdefault("annotations", {})[PREFIX + "enabled"] = "true"
+    return docs
+
+
+def test_an_hpa_on_an_opted_in_lws_is_reported(tmp_path, capsys):
+    docs = _hpa_example()
+    path = tmp_path / "lws.yaml"
+    path.write_text(yaml.safe_dump_all(docs))
+    assert main(["check", str(path)]) == 1
+    out = capsys.readouterr().out.splitlines()
+    hpas = [d["metadata"]["name"] for d in docs[1:]]
+    assert len(hpas) == 3
+    assert out == [
+        f"{path}: default/leaderworkerset-sample: gang-autoscaler.io/enabled: "
+        f"HorizontalPodAutoscaler default/{hpa} ({path}) also scales LeaderWorkerSet "
+        "leaderworkerset-sample; the service never writes a target another autoscaler owns, "
+        "so the component would hold: remove one of the two"
+        for hpa in hpas
+    ]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        pytest.param(lambda hpa: hpa["metadata"].update(namespace="other"), id="other-namespace"),
+        pytest.param(
+            lambda hpa: hpa["spec"]["scaleTargetRef"].update(name="another-lws"), id="other-lws"
+        ),
+        pytest.param(
+            lambda hpa: hpa["spec"]["scaleTargetRef"].update(apiVersion="apps/v1"),
+            id="other-api-group",
+        ),
+    ],
+)
+def test_an_hpa_on_something_else_is_not_reported(tmp_path, capsys, change):
+    docs = _hpa_example()
+    for hpa in docs[1:]:
+        change(hpa)
+    path = tmp_path / "lws.yaml"
+    path.write_text(yaml.safe_dump_all(docs))
+    assert main(["check", str(path)]) == 0, capsys.readouterr().out
+
+
+def test_an_autoscaler_on_a_roles_scaler_is_reported_in_another_file(tmp_path, capsys):
+    _, doc = _sample_set()
+    sets = tmp_path / "ds.yaml"
+    sets.write_text(yaml.safe_dump(_external(doc)))
+    # KEDA drives an HPA of its own; this one scales the decode role's RoleScaler
+    keda = tmp_path / "keda.yaml"
+    keda.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "keda.sh/v1alpha1",
+                "kind": "ScaledObject",
+                "metadata": {"name": "decode-queue", "namespace": "default"},
+                "spec": {
+                    "scaleTargetRef": {
+                        "apiVersion": "disaggregatedset.x-k8s.io/v1",
+                        "kind": "DisaggregatedSetRoleScaler",
+                        "name": "disaggregatedset-sample-decode",
+                    },
+                    "triggers": [],
+                },
+            }
+        )
+    )
+    assert main(["check", str(sets), str(keda)]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out == [
+        f"{sets}: default/disaggregatedset-sample role decode: gang-autoscaler.io/enabled: "
+        f"ScaledObject default/decode-queue ({keda}) also scales DisaggregatedSetRoleScaler "
+        "disaggregatedset-sample-decode; the service never writes a target another autoscaler "
+        "owns, so the component would hold: remove one of the two"
+    ]
