@@ -15,7 +15,7 @@ from autoscaler.sim.baselines import OracleController, ReactiveController, Stati
 from autoscaler.sim.config import SimSettings
 from autoscaler.sim.controller import Controller
 from autoscaler.sim.engine import RunResult, simulate
-from autoscaler.sim.errors import SimulationError
+from autoscaler.sim.errors import ConfigError, SimulationError
 from autoscaler.sim.metrics import PolicyMetrics, measure
 from autoscaler.sim.requirement import look_ahead_max, per_step, required_gangs
 from autoscaler.sim.workload import Workload, load_servegen, load_trace, scale_requests
@@ -79,13 +79,30 @@ def _is_servegen(path: Path) -> bool:
 
 
 def cluster_quota(requirement: dict[str, np.ndarray], settings: SimSettings) -> int | None:
-    """Nodes the cluster may grow to: explicit, or a multiple of what static needs."""
+    """Nodes the cluster may grow to: explicit, or a multiple of what static needs.
+
+    An explicit cap below what `static` holds from the first step is refused: the fleet every
+    run starts with (sized for the first lead time, and for `static` the peak) is placed as
+    it would be after running for a while, so a cap under it would be exceeded, not obeyed.
+    """
     cluster = settings.cluster
+    peak_gangs = sum(int(r.max()) for r in requirement.values())
+    static_nodes = sum(
+        math.ceil(int(r.max()) * cluster.pods_per_gang / cluster.pods_per_node)
+        for r in requirement.values()
+    )
     if cluster.max_nodes is not None:
+        if cluster.max_nodes < static_nodes:
+            raise ConfigError(
+                f"cluster.max_nodes {cluster.max_nodes} is below the {static_nodes} nodes the "
+                f"`static` policy holds for this trace's peak ({peak_gangs} gangs of "
+                f"{cluster.pods_per_gang} pods, {cluster.pods_per_node} pod(s) per node); "
+                "raise it, or scale the traffic down with --scale"
+            )
         return cluster.max_nodes
     if settings.node_quota_factor is None:
         return None
-    pods = sum(int(r.max()) for r in requirement.values()) * cluster.pods_per_gang
+    pods = peak_gangs * cluster.pods_per_gang
     return math.ceil(settings.node_quota_factor * pods / cluster.pods_per_node)
 
 

@@ -242,6 +242,26 @@ def test_cli_names_a_bad_gang_setting(tmp_path: Path, capsys: pytest.CaptureFixt
     assert captured.out == ""
 
 
+def test_cli_refuses_a_node_cap_below_the_static_fleet(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Every run starts with its fleet in place; a cap under `static`'s would be exceeded.
+    config = tmp_path / "sim.yaml"
+    argv = ["simulate", "--config", str(config), "--duration", "10m", "--no-progress"]
+    config.write_text("cluster: {max_nodes: 8}\n")
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.err.strip() == (
+        "gang-autoscaler simulate: cluster.max_nodes 8 is below the 18 nodes the `static` "
+        "policy holds for this trace's peak (9 gangs of 2 pods, 1 pod(s) per node); raise it, "
+        "or scale the traffic down with --scale"
+    )
+    assert captured.out == ""
+    config.write_text("cluster: {max_nodes: 18}\n")
+    assert main([*argv, "--policy", "static"]) == 0
+    assert "| static" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize(
     ("option", "under_a_file"),
     [
