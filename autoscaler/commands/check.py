@@ -48,6 +48,7 @@ from autoscaler.core.policy import (
 )
 from autoscaler.core.shape import QuantityError, gang_shape_from_lws
 from autoscaler.service.settings import BufferDefaults
+from autoscaler.validation_errors import describe_validation_error
 
 LWS_API_GROUP = "leaderworkerset.x-k8s.io/"
 DISAGGREGATED_SET_API_GROUP = "disaggregatedset.x-k8s.io/"
@@ -347,11 +348,11 @@ def run(args: argparse.Namespace) -> int:
             min_gangs=args.default_min_buffer, max_gangs=args.default_max_buffer
         )
     except ValidationError as err:
-        why = err.errors()[0]["msg"].removeprefix("Value error, ")
-        why = why.replace("min_gangs", "--default-min-buffer").replace(
-            "max_gangs", "--default-max-buffer"
-        )
-        print(f"gang-autoscaler check: {why}", file=sys.stderr)
+        flags = {"min_gangs": "--default-min-buffer", "max_gangs": "--default-max-buffer"}
+        why = describe_validation_error(err, names=flags).strip()
+        for field, flag in flags.items():  # named in a message across both
+            why = why.replace(field, flag)
+        print(f"gang-autoscaler check: {why.removeprefix('settings: ')}", file=sys.stderr)
         return 2
     documents, findings = _read(args.files)
     checked, seen = check_documents(documents, default_annotations=buffer.annotations())

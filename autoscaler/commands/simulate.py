@@ -101,7 +101,13 @@ def add_parser(subparsers: Any) -> None:
 
 def _simulate(args: argparse.Namespace) -> int:
     try:
-        settings = load_settings(args.config, seed=args.seed, mode=args.mode, step_s=args.step)
+        settings = load_settings(
+            args.config,
+            flags={"seed": "--seed", "mode": "--mode", "step_s": "--step"},
+            seed=args.seed,
+            mode=args.mode,
+            step_s=args.step,
+        )
         path = resolve_trace(args.trace, traces_dir=args.traces_dir or traces.default_traces_dir())
         # a trace named is reported by that name, a file by its file name
         name = path.name if path == Path(args.trace) else args.trace

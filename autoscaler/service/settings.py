@@ -37,6 +37,7 @@ from pydantic_settings import (
 
 from autoscaler.adapters.prometheus_queries import PrometheusQueries
 from autoscaler.core.policy import PREFIX, parse_duration
+from autoscaler.validation_errors import describe_validation_error
 from forecasting.models import MODELS, PLANNING_MODEL
 
 ENV_PREFIX = "GANG_AUTOSCALER_"
@@ -336,15 +337,6 @@ def build_run_parser(prog: str = "gang-autoscaler run") -> argparse.ArgumentPars
     return parser
 
 
-def _format_errors(err: ValidationError) -> str:
-    lines = []
-    for error in err.errors():
-        where = ".".join(str(part) for part in error["loc"]) or "settings"
-        message = str(error["msg"]).removeprefix("Value error, ")
-        lines.append(f"  {where}: {message}")
-    return "invalid settings:\n" + "\n".join(lines)
-
-
 def _check_config_file(path: Path) -> None:
     # YamlConfigSettingsSource's own errors for a missing file or a non-mapping document are
     # silent or cryptic; say plainly what is wrong before it reads the file.
@@ -381,7 +373,7 @@ def load_settings(args: argparse.Namespace | None = None) -> RunSettings:
     try:
         loaded = _Loaded(**flags)
     except ValidationError as err:
-        raise SettingsError(_format_errors(err)) from err
+        raise SettingsError("invalid settings:\n" + describe_validation_error(err)) from err
     except (OSError, ValueError, yaml.YAMLError) as err:  # unreadable or malformed YAML
         raise SettingsError(f"cannot read config file {config_file}: {err}") from err
     return RunSettings.model_validate(loaded.model_dump())

@@ -6,6 +6,7 @@ behind each serving number.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from autoscaler.sim.errors import ConfigError
+from autoscaler.validation_errors import describe_validation_error
 
 
 class _Settings(BaseModel):
@@ -112,7 +114,7 @@ class SimSettings(_Settings):
     step_s: float = Field(default=5.0, gt=0, description="simulation step")
     tick_s: float = Field(default=15.0, gt=0, description="control loop period")
     slo_ttft_s: float = Field(default=2.0, gt=0, description="time-to-first-token objective")
-    seed: int = 0
+    seed: int = Field(default=0, ge=0, description="seed of arrivals sampled from rate series")
     mode: str = Field(default="pd", pattern="^(pd|unified)$")
     demand_window_s: float = Field(
         default=60.0, gt=0, description="rate() window of demand signals"
@@ -141,24 +143,44 @@ class SimSettings(_Settings):
     def _tick_is_whole_steps(self) -> SimSettings:
         ratio = self.tick_s / self.step_s
         if abs(ratio - round(ratio)) > 1e-9 or ratio < 1:
-            raise ValueError("tick_s must be a whole multiple of step_s")
+            raise ValueError(
+                f"tick_s ({self.tick_s:g} s) must be a whole multiple of step_s ({self.step_s:g} s)"
+            )
         return self
 
 
-def load_settings(path: Path | None = None, **overrides: Any) -> SimSettings:
-    """Defaults, then the YAML file (nested like SimSettings), then explicit overrides."""
+def load_settings(
+    path: Path | None = None, *, flags: Mapping[str, str] | None = None, **overrides: Any
+) -> SimSettings:
+    """Defaults, then the YAML file (nested like SimSettings), then explicit overrides.
+
+    `flags` names the command-line flag each override came from (`step_s` -> `--step`), so
+    a problem with it names the flag.
+    """
     data: dict[str, Any] = {}
     if path is not None:
         try:
             loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except (OSError, yaml.YAMLError) as err:
-            raise ConfigError(f"{path}: cannot read simulator configuration") from err
+        except OSError as err:
+            raise ConfigError(
+                f"{path}: cannot read simulator configuration: {err.strerror or err}"
+            ) from err
+        except UnicodeDecodeError as err:
+            raise ConfigError(f"{path}: cannot read simulator configuration: {err}") from err
+        except yaml.YAMLError as err:
+            why = " ".join(str(err).split())
+            raise ConfigError(f"{path}: simulator configuration is not valid YAML: {why}") from err
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigError(f"{path}: the top level must be a mapping")
         data.update(loaded or {})
-    data.update({k: v for k, v in overrides.items() if v is not None})
+    given = {k: v for k, v in overrides.items() if v is not None}
+    data.update(given)
     try:
         return SimSettings.model_validate(data)
     except ValidationError as err:
         where = f"{path}: " if path else ""
-        raise ConfigError(f"{where}invalid simulator configuration: {err}") from err
+        names = {k: v for k, v in (flags or {}).items() if k in given}
+        raise ConfigError(
+            f"{where}invalid simulator configuration:\n"
+            + describe_validation_error(err, names=names)
+        ) from err

@@ -160,11 +160,25 @@ def test_check_lays_the_buffer_defaults_under_as_the_service_does(tmp_path, caps
     assert capsys.readouterr().out == ""
 
 
-def test_check_refuses_buffer_defaults_the_service_would_refuse(tmp_path, capsys):
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        pytest.param(
+            ["--default-min-buffer", "3", "--default-max-buffer", "1"],
+            "--default-min-buffer (3) is above --default-max-buffer (1)",
+            id="min-above-max",
+        ),
+        pytest.param(
+            ["--default-max-buffer", "-1"],
+            "--default-max-buffer: Input should be greater than or equal to 0",
+            id="negative",
+        ),
+    ],
+)
+def test_check_refuses_buffer_defaults_the_service_would_refuse(tmp_path, capsys, flags, expected):
     path = manifest(tmp_path, ("a", {}))
-    flags = ["--default-min-buffer", "3", "--default-max-buffer", "1"]
     assert main(["check", *flags, str(path)]) == 2
-    assert "--default-min-buffer (3) is above --default-max-buffer (1)" in capsys.readouterr().err
+    assert capsys.readouterr().err == f"gang-autoscaler check: {expected}\n"
 
 
 def test_check_accepts_a_consistent_pd_deployment(tmp_path, capsys):

@@ -242,6 +242,70 @@ def test_cli_names_a_bad_gang_setting(tmp_path: Path, capsys: pytest.CaptureFixt
     assert captured.out == ""
 
 
+@pytest.mark.parametrize(
+    ("config", "flags", "expected"),
+    [
+        pytest.param(
+            None,
+            ["--step", "7s"],
+            "invalid simulator configuration:\n"
+            "  settings: tick_s (15 s) must be a whole multiple of step_s (7 s)",
+            id="step-not-dividing-the-tick",
+        ),
+        pytest.param(
+            "clusterx: {}\nstep_s: -1\n",
+            [],
+            "{path}: invalid simulator configuration:\n"
+            "  step_s: Input should be greater than 0\n"
+            "  clusterx: unknown setting",
+            id="every-problem-once-by-its-key",
+        ),
+        pytest.param(
+            "",
+            ["--seed", "-1"],  # numpy's generator refuses it, mid-run on a ServeGen trace
+            "{path}: invalid simulator configuration:\n"
+            "  --seed: Input should be greater than or equal to 0",
+            id="a-flag-is-named-as-a-flag",
+        ),
+        pytest.param(
+            "cluster: [\n",
+            [],
+            "{path}: simulator configuration is not valid YAML: while parsing a flow node "
+            "expected the node content, but found '<stream end>'",
+            id="bad-yaml-says-where",
+        ),
+    ],
+)
+def test_cli_says_what_is_wrong_with_the_configuration(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    config: str | None,
+    flags: list[str],
+    expected: str,
+) -> None:
+    path = tmp_path / "sim.yaml"
+    argv = ["simulate", *flags, "--duration", "1m", "--no-progress"]
+    if config is not None:
+        path.write_text(config)
+        argv += ["--config", str(path)]
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith("gang-autoscaler simulate: " + expected.format(path=path))
+    assert "pydantic" not in captured.err
+    assert captured.out == ""
+
+
+def test_cli_says_why_a_configuration_cannot_be_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "missing.yaml"
+    assert main(["simulate", "--config", str(missing), "--no-progress"]) == 2
+    assert capsys.readouterr().err == (
+        f"gang-autoscaler simulate: {missing}: cannot read simulator configuration: "
+        "No such file or directory\n"
+    )
+
+
 def test_cli_refuses_a_node_cap_below_the_static_fleet(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -1,0 +1,30 @@
+"""One line per problem in a pydantic `ValidationError`, named as the reader wrote it.
+
+The service's settings, the simulator's configuration and `check`'s flags are pydantic
+models; their users wrote a YAML key, an environment variable or a flag, not a model, so the
+errors name the setting (or the flag given for it) and leave out pydantic's type codes and
+documentation links.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from pydantic import ValidationError
+
+
+def describe_validation_error(
+    err: ValidationError, *, names: Mapping[str, str] | None = None
+) -> str:
+    """Indented `where: what` lines. `names` renames a dotted location (e.g. `step_s` to
+    `--step`) where the value came from a flag."""
+    lines = []
+    for error in err.errors():
+        where = ".".join(str(part) for part in error["loc"]) or "settings"
+        where = (names or {}).get(where, where)
+        if error["type"] == "extra_forbidden":
+            message = "unknown setting"
+        else:
+            message = str(error["msg"]).removeprefix("Value error, ")
+        lines.append(f"  {where}: {message}")
+    return "\n".join(lines)
