@@ -10,6 +10,8 @@ Formats, recognised by their header:
   second including empty ones; a zero there is a real quiet second.
 - Raw Azure LLM inference CSV: `TIMESTAMP,ContextTokens,GeneratedTokens`, one row per
   request; counted per second from the first request's second.
+- Mooncake JSON lines: `{"timestamp": <ms>, "input_length": ..., ...}`, one line per
+  request; counted per second from time 0.
 
 Every series is in requests per second, each value labelled by the end of the interval it
 measures (the convention of `forecasting.series`).
@@ -101,22 +103,27 @@ def load_trace(name_or_path: str, *, traces_dir: Path | None = None) -> Trace:
     path = resolve_trace(name_or_path, traces_dir=traces_dir)
     try:
         with path.open(newline="") as handle:
-            header = tuple(next(csv.reader(handle), ()))
+            first_line = handle.readline()
     except (OSError, UnicodeDecodeError) as err:
         raise TraceFormatError(f"cannot read {path}: {err}") from err
+    header = tuple(next(csv.reader([first_line]), ()))
     name = _short_name(path)
     try:
-        if header[: len(SERVEGEN_COLUMNS)] == SERVEGEN_COLUMNS:
+        if first_line.lstrip().startswith("{"):
+            series, step_s = _mooncake(path)
+        elif header[: len(SERVEGEN_COLUMNS)] == SERVEGEN_COLUMNS:
             series, step_s = _servegen(path)
         elif header[: len(AZURE_1S_COLUMNS)] == AZURE_1S_COLUMNS:
             series, step_s = _azure_per_second(path)
         elif header[: len(AZURE_RAW_COLUMNS)] == AZURE_RAW_COLUMNS:
             series, step_s = _azure_raw(path)
         else:
+            shown = ",".join(header)
+            shown = shown if len(shown) <= 80 else shown[:77] + "..."
             raise TraceFormatError(
-                f"{path}: header {','.join(header)!r} matches no known trace format"
+                f"{path}: header {shown!r} matches no known trace format"
                 " (ServeGen t_seconds,requests_per_s,...; Azure t_seconds,requests,...;"
-                " raw Azure TIMESTAMP,ContextTokens,GeneratedTokens)"
+                " raw Azure TIMESTAMP,ContextTokens,GeneratedTokens; Mooncake JSON lines)"
             )
     except (ValueError, KeyError, pd.errors.ParserError) as err:
         raise TraceFormatError(f"{path}: {err}") from err
@@ -165,6 +172,19 @@ def _azure_raw(path: Path) -> tuple[Series, float]:
     if arrivals.isna().any():
         raise TraceFormatError(f"{path}: unparseable TIMESTAMP values")
     seconds = (arrivals - arrivals.min().floor("s")).dt.total_seconds().to_numpy()
-    counts = np.bincount(np.floor(seconds).astype(np.int64)).astype(np.float64)
+    return _per_second(seconds)
+
+
+def _mooncake(path: Path) -> tuple[Series, float]:
+    frame = pd.read_json(path, lines=True)
+    milliseconds = frame["timestamp"].to_numpy(dtype=np.float64)
+    if not np.isfinite(milliseconds).all() or (milliseconds < 0).any():
+        raise TraceFormatError(f"{path}: timestamp values must be milliseconds from 0")
+    return _per_second(milliseconds / 1000.0)
+
+
+def _per_second(arrival_s: np.ndarray) -> tuple[Series, float]:
+    """Requests per second, each whole second (from 0) a value, empty ones included."""
+    counts = np.bincount(np.floor(arrival_s).astype(np.int64)).astype(np.float64)
     t = np.arange(counts.size, dtype=np.float64)
     return Series(t + 1.0, counts), 1.0

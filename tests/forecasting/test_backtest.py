@@ -16,7 +16,7 @@ from autoscaler.commands import backtest as backtest_command
 from forecasting.backtest import _smape, run_backtest
 from forecasting.errors import InsufficientHistory, TraceFormatError
 from forecasting.series import Series
-from forecasting.traces import load_trace, resolve_trace
+from forecasting.traces import SHARED_TRACES, load_trace, resolve_trace
 from tests.forecasting.traces import DAY_WINDOWS, STEP_S, servegen_cut
 from tests.harness.shared_data import shared_data_path
 
@@ -229,6 +229,35 @@ def test_command_refuses_an_unwritable_json_before_running(tmp_path: Path, capsy
 )
 def test_shared_traces_answer_to_both_spellings(name: str, file_name: str) -> None:
     assert resolve_trace(name, traces_dir=shared_data_path("traces")).name == file_name
+
+
+@pytest.mark.parametrize("name", sorted(SHARED_TRACES))
+def test_every_trace_name_the_command_lists_loads(name: str) -> None:
+    trace = load_trace(name, traces_dir=shared_data_path("traces"))
+    assert np.nansum(trace.series.values) > 0
+
+
+def test_the_mooncake_trace_is_counted_per_second() -> None:
+    path = shared_data_path("traces", "mooncake_fast25_synthetic_trace.jsonl")
+    arrivals_ms = [json.loads(line)["timestamp"] for line in path.read_text().splitlines()]
+    trace = load_trace("mooncake", traces_dir=shared_data_path("traces"))
+    values = trace.series.values
+    assert trace.native_step_s == 1.0
+    assert values.sum() == len(arrivals_ms) == 3993  # the data README's figure
+    assert values.size == math.floor(max(arrivals_ms) / 1000) + 1
+    # second k counts arrivals in [k, k+1) s and is labelled by its end
+    assert values[0] == sum(1 for t in arrivals_ms if t < 1000)
+    assert values[500] == sum(1 for t in arrivals_ms if 500_000 <= t < 501_000)
+    assert trace.series.timestamps_s[0] == 1.0
+
+
+def test_an_unknown_format_is_named_without_its_whole_first_line(tmp_path: Path) -> None:
+    trace = tmp_path / "wide.csv"
+    trace.write_text(",".join(f"column_{i}" for i in range(100)) + "\n1\n")
+    with pytest.raises(TraceFormatError) as raised:
+        load_trace(str(trace))
+    assert "column_0,column_1" in str(raised.value)
+    assert "column_99" not in str(raised.value)
 
 
 def test_command_lists_the_trace_names_it_takes(capsys) -> None:
