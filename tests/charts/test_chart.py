@@ -125,6 +125,32 @@ def test_default_values_render_pdb_and_balloon_priority_class(chart: helm.Chart)
     assert priority["globalDefault"] is False
 
 
+@pytest.mark.parametrize(
+    ("replicas", "min_available", "renders"),
+    [
+        pytest.param(2, 1, True, id="two-replicas-one-may-go"),
+        pytest.param(3, 2, True, id="three-replicas-one-may-go"),
+        pytest.param(1, 1, False, id="one-replica-no-pdb"),
+        pytest.param(3, 3, False, id="min-available-at-replicas-no-pdb"),
+        pytest.param(2, 5, False, id="min-available-above-replicas-no-pdb"),
+    ],
+)
+def test_pdb_renders_only_when_it_allows_a_disruption(
+    chart: helm.Chart, replicas: int, min_available: int, renders: bool
+) -> None:
+    # A PDB with minAvailable >= replicas allows zero disruptions: every node drain blocks.
+    values = {
+        "replicaCount": replicas,
+        "podDisruptionBudget": {"enabled": True, "minAvailable": min_available},
+    }
+    pdbs = [o for o in render_objects(chart, values) if o["kind"] == "PodDisruptionBudget"]
+    if renders:
+        (pdb,) = pdbs
+        assert pdb["spec"]["minAvailable"] == min_available < replicas
+    else:
+        assert pdbs == []
+
+
 def test_deployment_is_hardened_and_probed(rendered: list[dict[str, Any]]) -> None:
     deployment = one(rendered, "Deployment")
     pod = deployment["spec"]["template"]["spec"]
