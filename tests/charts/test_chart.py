@@ -12,6 +12,7 @@ import helm_python as helm
 import kubernetes_validate
 import pytest
 import yaml
+from pydantic import ValidationError
 
 from autoscaler.cli import build_parser
 from autoscaler.service.settings import (
@@ -363,3 +364,82 @@ def test_non_default_values_reach_the_service(
     assert settings.buffer.min_gangs == 1 and settings.buffer.max_gangs == 4
     assert settings.queries.kv_cache == v["prometheus"]["queries"]["kvCache"]
     assert settings.queries.decode_demand == v["prometheus"]["queries"]["decodeDemand"]
+
+
+# Values the service refuses at start-up (autoscaler/service/settings.py): the chart must
+# refuse them too, naming the value, or the install "succeeds" and the pods crash-loop.
+# (chart value path, chart value, the same setting as RunSettings fields)
+SERVICE_REFUSES = [
+    pytest.param("tick", "0s", {"tick": "0s"}, id="tick-zero"),
+    pytest.param("tick", "0m0.0s", {"tick": "0m0.0s"}, id="tick-zero-in-parts"),
+    pytest.param(
+        "prometheus.timeout", "0ms", {"prometheus_timeout": "0ms"}, id="query-timeout-zero"
+    ),
+    pytest.param("prometheus.stalenessLimit", "0s", {"staleness_limit": "0s"}, id="staleness-zero"),
+    pytest.param(
+        "watchStalenessLimit", "0m", {"watch_staleness_limit": "0m"}, id="watch-staleness-zero"
+    ),
+    pytest.param("leaderElection.leaseDuration", "0s", {"lease_duration": "0s"}, id="lease-zero"),
+    pytest.param(
+        "leaderElection.leaseDuration", "2s", {"lease_duration": "2s"}, id="lease-below-3s"
+    ),
+    pytest.param(
+        "leaderElection.leaseDuration",
+        "2999ms",
+        {"lease_duration": "2999ms"},
+        id="lease-just-below-3s",
+    ),
+    pytest.param(
+        "leaderElection.leaseDuration",
+        "0.04m",
+        {"lease_duration": "0.04m"},
+        id="lease-below-3s-in-minutes",
+    ),
+    pytest.param(
+        "buffer",
+        {"minGangs": 3, "maxGangs": 1},
+        {"buffer": {"min_gangs": 3, "max_gangs": 1}},
+        id="buffer-min-above-max",
+    ),
+]
+
+
+@pytest.mark.parametrize(("path", "value", "settings"), SERVICE_REFUSES)
+def test_chart_refuses_values_the_service_refuses(
+    chart: helm.Chart,
+    monkeypatch: pytest.MonkeyPatch,
+    path: str,
+    value: Any,
+    settings: dict[str, Any],
+) -> None:
+    _clear_settings_env(monkeypatch)
+    with pytest.raises(ValidationError):  # the service's own rule, so the case stays honest
+        RunSettings(prometheus_url="http://prometheus:9090", **settings)
+    with pytest.raises(helm.HelmError) as refused:
+        chart.render(values=_with(path, value), name="ga", namespace=NAMESPACE, is_install=True)
+    message = str(refused.value)
+    # schema errors name the JSON pointer (/leaderElection/leaseDuration), template fails
+    # the dotted value (buffer.minGangs)
+    assert path.replace(".", "/") in message or path in message, message
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        pytest.param("leaderElection.leaseDuration", "3s", id="lease-at-3s"),
+        pytest.param("leaderElection.leaseDuration", "0.05m", id="lease-3s-in-minutes"),
+        pytest.param("leaderElection.leaseDuration", "1m30s", id="lease-in-parts"),
+        pytest.param("buffer", {"minGangs": 2, "maxGangs": 2}, id="buffer-min-equals-max"),
+        pytest.param("tick", "500ms", id="tick-below-a-second"),
+        pytest.param("tick", "0m10s", id="tick-with-zero-part"),
+    ],
+)
+def test_chart_accepts_boundary_values_the_service_accepts(
+    chart: helm.Chart,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    path: str,
+    value: Any,
+) -> None:
+    _clear_settings_env(monkeypatch)
+    _settings_from_rendered(render_objects(chart, _with(path, value)), tmp_path)
