@@ -90,6 +90,16 @@ NON_DEFAULT_VALUES: dict[str, Any] = {
         }
     },
     "priorityClassName": "system-cluster-critical",
+    # OpenShift's restricted SCC: no fixed uid, the SCC assigns one from the namespace's range.
+    "podSecurityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+    "securityContext": {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+        "privileged": False,
+    },
 }
 
 # Everything optional switched off, and an existing ServiceAccount.

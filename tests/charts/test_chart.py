@@ -174,6 +174,74 @@ def test_deployment_is_hardened_and_probed(rendered: list[dict[str, Any]]) -> No
     assert binding["subjects"][0]["namespace"] == NAMESPACE
 
 
+def test_default_security_contexts_are_the_hardened_ones(chart: helm.Chart) -> None:
+    pod = one(render_objects(chart, None), "Deployment")["spec"]["template"]["spec"]
+    assert pod["securityContext"] == {
+        "runAsNonRoot": True,
+        "runAsUser": 65532,  # the image's USER
+        "runAsGroup": 65532,
+        "fsGroup": 65532,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    (container,) = pod["containers"]
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+# OpenShift's restricted SCC assigns the uid from the namespace's range: drop the fixed ids
+# (the --set in values.yaml) and keep the rest. Helm merges a given map into the default, so
+# null is what removes a key, or a whole context.
+OPENSHIFT_SET = (
+    "podSecurityContext.runAsUser=null,podSecurityContext.runAsGroup=null,"
+    "podSecurityContext.fsGroup=null"
+)
+
+
+@pytest.mark.parametrize("kube_version", KUBE_VERSIONS)
+def test_pod_security_context_can_leave_the_uid_to_openshift(
+    chart: helm.Chart, kube_version: str
+) -> None:
+    assert f"--set {OPENSHIFT_SET}" in (CHART_DIR / "values.yaml").read_text()
+    deployment = one(render_objects(chart, helm.parse_set_string(OPENSHIFT_SET)), "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["securityContext"] == {
+        "runAsNonRoot": True,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    (container,) = pod["containers"]
+    assert "runAsUser" not in container["securityContext"]
+    kubernetes_validate.validate(deployment, kube_version, strict=True)
+
+
+def test_security_contexts_can_be_overridden_or_left_out(chart: helm.Chart) -> None:
+    values = {
+        "podSecurityContext": None,
+        "securityContext": {"runAsUser": 1000700000, "readOnlyRootFilesystem": None},
+    }
+    deployment = one(render_objects(chart, values), "Deployment")
+    kubernetes_validate.validate(deployment, KUBE_VERSIONS[-1], strict=True)
+    pod = deployment["spec"]["template"]["spec"]
+    assert "securityContext" not in pod
+    (container,) = pod["containers"]
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "runAsNonRoot": True,
+        "runAsUser": 1000700000,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    values = {"securityContext": None}
+    (container,) = one(render_objects(chart, values), "Deployment")["spec"]["template"]["spec"][
+        "containers"
+    ]
+    assert "securityContext" not in container
+
+
 def test_metrics_service_selects_the_pods(rendered: list[dict[str, Any]]) -> None:
     deployment = one(rendered, "Deployment")
     service = one(rendered, "Service")
