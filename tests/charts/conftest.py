@@ -126,9 +126,11 @@ def chart() -> Iterator[helm.Chart]:
         yield loaded
 
 
-def render_objects(chart: helm.Chart, values: dict[str, Any] | None) -> list[dict[str, Any]]:
+def render_objects(
+    chart: helm.Chart, values: dict[str, Any] | None, *, release: str = RELEASE
+) -> list[dict[str, Any]]:
     """Every Kubernetes object the chart renders (NOTES.txt excluded)."""
-    manifests = chart.render(values=values, name=RELEASE, namespace=NAMESPACE, is_install=True)
+    manifests = chart.render(values=values, name=release, namespace=NAMESPACE, is_install=True)
     objects: list[dict[str, Any]] = []
     for path, text in sorted(manifests.items()):
         if path.endswith("NOTES.txt"):

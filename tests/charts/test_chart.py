@@ -14,6 +14,7 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
+from autoscaler.adapters.balloons import PRIORITY_CLASS_NAME, priority_class_manifest
 from autoscaler.cli import build_parser
 from autoscaler.service.settings import (
     PrometheusQueries,
@@ -150,6 +151,46 @@ def test_pdb_renders_only_when_it_allows_a_disruption(
         assert pdb["spec"]["minAvailable"] == min_available < replicas
     else:
         assert pdbs == []
+
+
+# A second release in the cluster, e.g. the dry-run shadow of docs/service.md: the --set
+# that docs/operators.md and values.yaml give for it.
+SECOND_RELEASE_SET = "dryRun=true,balloonPriorityClass.create=false,dashboards.enabled=false"
+
+
+def _dashboard_uids(objects: list[dict[str, Any]]) -> list[str]:
+    return [
+        json.loads(text)["uid"]
+        for o in objects
+        if o["kind"] == "ConfigMap" and o["metadata"]["name"].endswith("-dashboards")
+        for text in o["data"].values()
+    ]
+
+
+def test_a_second_release_installs_beside_the_first(chart: helm.Chart) -> None:
+    assert f"--set {SECOND_RELEASE_SET}" in (REPO / "docs" / "operators.md").read_text()
+    assert "balloonPriorityClass.create=false" in (CHART_DIR / "values.yaml").read_text()
+    first = render_objects(chart, None)
+    second = render_objects(chart, helm.parse_set_string(SECOND_RELEASE_SET), release="shadow")
+
+    def names(objects: list[dict[str, Any]]) -> set[tuple[str, str]]:
+        return {(o["kind"], o["metadata"]["name"]) for o in objects}
+
+    # Nothing the second release owns is already owned by the first: Helm refuses to adopt
+    # an object of another release, cluster-scoped or in the same namespace.
+    assert names(first) & names(second) == set()
+    assert "PriorityClass" not in {o["kind"] for o in second}
+    # One Grafana cannot load two dashboards with one uid.
+    uids = _dashboard_uids(first) + _dashboard_uids(second)
+    assert len(uids) == len(set(uids))
+    # The service names the class of every balloon pod by its fixed name: the first
+    # release's class, which the second release's RBAC may read (and only that one).
+    assert one(first, "PriorityClass")["metadata"]["name"] == PRIORITY_CLASS_NAME
+    assert one(first, "PriorityClass")["value"] == priority_class_manifest()["value"]
+    rule = next(
+        r for r in one(second, "ClusterRole")["rules"] if r["resources"] == ["priorityclasses"]
+    )
+    assert rule["resourceNames"] == [PRIORITY_CLASS_NAME]
 
 
 def test_deployment_is_hardened_and_probed(rendered: list[dict[str, Any]]) -> None:
