@@ -90,6 +90,16 @@ NON_DEFAULT_VALUES: dict[str, Any] = {
         }
     },
     "priorityClassName": "system-cluster-critical",
+    # OpenShift's restricted SCC: no fixed uid, the SCC assigns one from the namespace's range.
+    "podSecurityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+    "securityContext": {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+        "privileged": False,
+    },
 }
 
 # Everything optional switched off, and an existing ServiceAccount.
@@ -116,9 +126,11 @@ def chart() -> Iterator[helm.Chart]:
         yield loaded
 
 
-def render_objects(chart: helm.Chart, values: dict[str, Any] | None) -> list[dict[str, Any]]:
+def render_objects(
+    chart: helm.Chart, values: dict[str, Any] | None, *, release: str = RELEASE
+) -> list[dict[str, Any]]:
     """Every Kubernetes object the chart renders (NOTES.txt excluded)."""
-    manifests = chart.render(values=values, name=RELEASE, namespace=NAMESPACE, is_install=True)
+    manifests = chart.render(values=values, name=release, namespace=NAMESPACE, is_install=True)
     objects: list[dict[str, Any]] = []
     for path, text in sorted(manifests.items()):
         if path.endswith("NOTES.txt"):

@@ -12,7 +12,9 @@ import helm_python as helm
 import kubernetes_validate
 import pytest
 import yaml
+from pydantic import ValidationError
 
+from autoscaler.adapters.balloons import PRIORITY_CLASS_NAME, priority_class_manifest
 from autoscaler.cli import build_parser
 from autoscaler.service.settings import (
     PrometheusQueries,
@@ -125,6 +127,72 @@ def test_default_values_render_pdb_and_balloon_priority_class(chart: helm.Chart)
     assert priority["globalDefault"] is False
 
 
+@pytest.mark.parametrize(
+    ("replicas", "min_available", "renders"),
+    [
+        pytest.param(2, 1, True, id="two-replicas-one-may-go"),
+        pytest.param(3, 2, True, id="three-replicas-one-may-go"),
+        pytest.param(1, 1, False, id="one-replica-no-pdb"),
+        pytest.param(3, 3, False, id="min-available-at-replicas-no-pdb"),
+        pytest.param(2, 5, False, id="min-available-above-replicas-no-pdb"),
+    ],
+)
+def test_pdb_renders_only_when_it_allows_a_disruption(
+    chart: helm.Chart, replicas: int, min_available: int, renders: bool
+) -> None:
+    # A PDB with minAvailable >= replicas allows zero disruptions: every node drain blocks.
+    values = {
+        "replicaCount": replicas,
+        "podDisruptionBudget": {"enabled": True, "minAvailable": min_available},
+    }
+    pdbs = [o for o in render_objects(chart, values) if o["kind"] == "PodDisruptionBudget"]
+    if renders:
+        (pdb,) = pdbs
+        assert pdb["spec"]["minAvailable"] == min_available < replicas
+    else:
+        assert pdbs == []
+
+
+# A second release in the cluster, e.g. the dry-run shadow of docs/service.md: the --set
+# that docs/operators.md and values.yaml give for it.
+SECOND_RELEASE_SET = "dryRun=true,balloonPriorityClass.create=false,dashboards.enabled=false"
+
+
+def _dashboard_uids(objects: list[dict[str, Any]]) -> list[str]:
+    return [
+        json.loads(text)["uid"]
+        for o in objects
+        if o["kind"] == "ConfigMap" and o["metadata"]["name"].endswith("-dashboards")
+        for text in o["data"].values()
+    ]
+
+
+def test_a_second_release_installs_beside_the_first(chart: helm.Chart) -> None:
+    assert f"--set {SECOND_RELEASE_SET}" in (REPO / "docs" / "operators.md").read_text()
+    assert "balloonPriorityClass.create=false" in (CHART_DIR / "values.yaml").read_text()
+    first = render_objects(chart, None)
+    second = render_objects(chart, helm.parse_set_string(SECOND_RELEASE_SET), release="shadow")
+
+    def names(objects: list[dict[str, Any]]) -> set[tuple[str, str]]:
+        return {(o["kind"], o["metadata"]["name"]) for o in objects}
+
+    # Nothing the second release owns is already owned by the first: Helm refuses to adopt
+    # an object of another release, cluster-scoped or in the same namespace.
+    assert names(first) & names(second) == set()
+    assert "PriorityClass" not in {o["kind"] for o in second}
+    # One Grafana cannot load two dashboards with one uid.
+    uids = _dashboard_uids(first) + _dashboard_uids(second)
+    assert len(uids) == len(set(uids))
+    # The service names the class of every balloon pod by its fixed name: the first
+    # release's class, which the second release's RBAC may read (and only that one).
+    assert one(first, "PriorityClass")["metadata"]["name"] == PRIORITY_CLASS_NAME
+    assert one(first, "PriorityClass")["value"] == priority_class_manifest()["value"]
+    rule = next(
+        r for r in one(second, "ClusterRole")["rules"] if r["resources"] == ["priorityclasses"]
+    )
+    assert rule["resourceNames"] == [PRIORITY_CLASS_NAME]
+
+
 def test_deployment_is_hardened_and_probed(rendered: list[dict[str, Any]]) -> None:
     deployment = one(rendered, "Deployment")
     pod = deployment["spec"]["template"]["spec"]
@@ -145,6 +213,74 @@ def test_deployment_is_hardened_and_probed(rendered: list[dict[str, Any]]) -> No
     binding = one(rendered, "ClusterRoleBinding")
     assert binding["subjects"][0]["name"] == pod["serviceAccountName"]
     assert binding["subjects"][0]["namespace"] == NAMESPACE
+
+
+def test_default_security_contexts_are_the_hardened_ones(chart: helm.Chart) -> None:
+    pod = one(render_objects(chart, None), "Deployment")["spec"]["template"]["spec"]
+    assert pod["securityContext"] == {
+        "runAsNonRoot": True,
+        "runAsUser": 65532,  # the image's USER
+        "runAsGroup": 65532,
+        "fsGroup": 65532,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    (container,) = pod["containers"]
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+# OpenShift's restricted SCC assigns the uid from the namespace's range: drop the fixed ids
+# (the --set in values.yaml) and keep the rest. Helm merges a given map into the default, so
+# null is what removes a key, or a whole context.
+OPENSHIFT_SET = (
+    "podSecurityContext.runAsUser=null,podSecurityContext.runAsGroup=null,"
+    "podSecurityContext.fsGroup=null"
+)
+
+
+@pytest.mark.parametrize("kube_version", KUBE_VERSIONS)
+def test_pod_security_context_can_leave_the_uid_to_openshift(
+    chart: helm.Chart, kube_version: str
+) -> None:
+    assert f"--set {OPENSHIFT_SET}" in (CHART_DIR / "values.yaml").read_text()
+    deployment = one(render_objects(chart, helm.parse_set_string(OPENSHIFT_SET)), "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["securityContext"] == {
+        "runAsNonRoot": True,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    (container,) = pod["containers"]
+    assert "runAsUser" not in container["securityContext"]
+    kubernetes_validate.validate(deployment, kube_version, strict=True)
+
+
+def test_security_contexts_can_be_overridden_or_left_out(chart: helm.Chart) -> None:
+    values = {
+        "podSecurityContext": None,
+        "securityContext": {"runAsUser": 1000700000, "readOnlyRootFilesystem": None},
+    }
+    deployment = one(render_objects(chart, values), "Deployment")
+    kubernetes_validate.validate(deployment, KUBE_VERSIONS[-1], strict=True)
+    pod = deployment["spec"]["template"]["spec"]
+    assert "securityContext" not in pod
+    (container,) = pod["containers"]
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "runAsNonRoot": True,
+        "runAsUser": 1000700000,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    values = {"securityContext": None}
+    (container,) = one(render_objects(chart, values), "Deployment")["spec"]["template"]["spec"][
+        "containers"
+    ]
+    assert "securityContext" not in container
 
 
 def test_metrics_service_selects_the_pods(rendered: list[dict[str, Any]]) -> None:
@@ -337,3 +473,82 @@ def test_non_default_values_reach_the_service(
     assert settings.buffer.min_gangs == 1 and settings.buffer.max_gangs == 4
     assert settings.queries.kv_cache == v["prometheus"]["queries"]["kvCache"]
     assert settings.queries.decode_demand == v["prometheus"]["queries"]["decodeDemand"]
+
+
+# Values the service refuses at start-up (autoscaler/service/settings.py): the chart must
+# refuse them too, naming the value, or the install "succeeds" and the pods crash-loop.
+# (chart value path, chart value, the same setting as RunSettings fields)
+SERVICE_REFUSES = [
+    pytest.param("tick", "0s", {"tick": "0s"}, id="tick-zero"),
+    pytest.param("tick", "0m0.0s", {"tick": "0m0.0s"}, id="tick-zero-in-parts"),
+    pytest.param(
+        "prometheus.timeout", "0ms", {"prometheus_timeout": "0ms"}, id="query-timeout-zero"
+    ),
+    pytest.param("prometheus.stalenessLimit", "0s", {"staleness_limit": "0s"}, id="staleness-zero"),
+    pytest.param(
+        "watchStalenessLimit", "0m", {"watch_staleness_limit": "0m"}, id="watch-staleness-zero"
+    ),
+    pytest.param("leaderElection.leaseDuration", "0s", {"lease_duration": "0s"}, id="lease-zero"),
+    pytest.param(
+        "leaderElection.leaseDuration", "2s", {"lease_duration": "2s"}, id="lease-below-3s"
+    ),
+    pytest.param(
+        "leaderElection.leaseDuration",
+        "2999ms",
+        {"lease_duration": "2999ms"},
+        id="lease-just-below-3s",
+    ),
+    pytest.param(
+        "leaderElection.leaseDuration",
+        "0.04m",
+        {"lease_duration": "0.04m"},
+        id="lease-below-3s-in-minutes",
+    ),
+    pytest.param(
+        "buffer",
+        {"minGangs": 3, "maxGangs": 1},
+        {"buffer": {"min_gangs": 3, "max_gangs": 1}},
+        id="buffer-min-above-max",
+    ),
+]
+
+
+@pytest.mark.parametrize(("path", "value", "settings"), SERVICE_REFUSES)
+def test_chart_refuses_values_the_service_refuses(
+    chart: helm.Chart,
+    monkeypatch: pytest.MonkeyPatch,
+    path: str,
+    value: Any,
+    settings: dict[str, Any],
+) -> None:
+    _clear_settings_env(monkeypatch)
+    with pytest.raises(ValidationError):  # the service's own rule, so the case stays honest
+        RunSettings(prometheus_url="http://prometheus:9090", **settings)
+    with pytest.raises(helm.HelmError) as refused:
+        chart.render(values=_with(path, value), name="ga", namespace=NAMESPACE, is_install=True)
+    message = str(refused.value)
+    # schema errors name the JSON pointer (/leaderElection/leaseDuration), template fails
+    # the dotted value (buffer.minGangs)
+    assert path.replace(".", "/") in message or path in message, message
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        pytest.param("leaderElection.leaseDuration", "3s", id="lease-at-3s"),
+        pytest.param("leaderElection.leaseDuration", "0.05m", id="lease-3s-in-minutes"),
+        pytest.param("leaderElection.leaseDuration", "1m30s", id="lease-in-parts"),
+        pytest.param("buffer", {"minGangs": 2, "maxGangs": 2}, id="buffer-min-equals-max"),
+        pytest.param("tick", "500ms", id="tick-below-a-second"),
+        pytest.param("tick", "0m10s", id="tick-with-zero-part"),
+    ],
+)
+def test_chart_accepts_boundary_values_the_service_accepts(
+    chart: helm.Chart,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    path: str,
+    value: Any,
+) -> None:
+    _clear_settings_env(monkeypatch)
+    _settings_from_rendered(render_objects(chart, _with(path, value)), tmp_path)
