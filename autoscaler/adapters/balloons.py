@@ -55,6 +55,15 @@ PRIORITY_CLASS_NAME = "gang-autoscaler-balloon"
 # (-10), so a Pending balloon still makes the cluster grow.
 PRIORITY_CLASS_VALUE = -5
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
+# What Pod Security Admission's `restricted` level asks of every pod, so a namespace that
+# enforces it admits balloons. No fixed uid: the pause image runs as 65535 by itself, and
+# OpenShift's restricted SCC refuses a uid outside the namespace's range.
+POD_SECURITY_CONTEXT = {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+CONTAINER_SECURITY_CONTEXT = {
+    "allowPrivilegeEscalation": False,
+    "readOnlyRootFilesystem": True,
+    "capabilities": {"drop": ["ALL"]},
+}
 _MAX_LABEL_VALUE = 63
 
 
@@ -76,7 +85,15 @@ def _member_spec(pod: PodShape, *, affinity_term: Mapping[str, Any] | None) -> d
     if pod.limits:
         resources["limits"] = _resources(pod.limits)
     spec: dict[str, Any] = {
-        "containers": [{"name": "pause", "image": PAUSE_IMAGE, "resources": resources}],
+        "containers": [
+            {
+                "name": "pause",
+                "image": PAUSE_IMAGE,
+                "resources": resources,
+                "securityContext": copy.deepcopy(CONTAINER_SECURITY_CONTEXT),
+            }
+        ],
+        "securityContext": copy.deepcopy(POD_SECURITY_CONTEXT),
         "priorityClassName": PRIORITY_CLASS_NAME,
         "terminationGracePeriodSeconds": 0,
         "automountServiceAccountToken": False,

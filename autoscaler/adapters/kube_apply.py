@@ -314,6 +314,17 @@ class Actuator:
                         "(preempted, missing or outdated); deleted whole and recreated"
                     ),
                 )
+            if result.failed:
+                # e.g. a namespace's Pod Security level or a webhook refusing the pods: the
+                # buffer stays short until it is fixed, and the operator must hear why
+                await self._event(
+                    ref,
+                    notes,
+                    type_=WARNING,
+                    reason="BalloonWriteFailed",
+                    message="balloon gang writes failed; the buffer is short: "
+                    + "; ".join(result.failed),
+                )
         errors = tuple(result.failed) if result else ()
         return ComponentApplied(key, dry, outcome, balloon_plan, result, tuple(notes), errors)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import kubernetes_validate
 import pytest
 
 from autoscaler.adapters.balloons import (
@@ -186,3 +187,24 @@ def test_balloon_pods_are_grouped_by_the_lws_they_hold_capacity_for():
         for pods in ([*a, *b], grouped[("serving", "a")])
     )
     assert whole == mine and len(mine.delete_pods) == 2
+
+
+def test_balloon_pods_meet_the_restricted_pod_security_standard():
+    # Pod Security Admission's `restricted` level (kubernetes.io/docs/concepts/security/
+    # pod-security-standards), which a namespace may enforce: it refuses a pod that falls
+    # short at creation (403), and the buffer stays empty.
+    lws = _lws()
+    for pod in balloon_gang_manifests(lws, shape=gang_shape_from_lws(lws), gang_index=0):
+        kubernetes_validate.validate(pod, kubernetes_validate.latest_version(), strict=True)
+        spec = pod["spec"]
+        assert spec["securityContext"]["runAsNonRoot"] is True
+        assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        assert "runAsUser" not in spec["securityContext"]  # OpenShift assigns its own
+        for key in ("hostNetwork", "hostPID", "hostIPC", "volumes"):
+            assert key not in spec
+        (container,) = spec["containers"]
+        context = container["securityContext"]
+        assert context["allowPrivilegeEscalation"] is False
+        assert context["capabilities"] == {"drop": ["ALL"]}
+        assert context.get("privileged") is not True
+        assert "ports" not in container

@@ -352,6 +352,30 @@ async def test_a_dropped_connection_fails_one_component_and_the_others_are_still
     assert balloon_pods(kube, "llama-prefill") == []
 
 
+async def test_a_refused_balloon_gang_is_a_warning_event_on_its_lws(kube, adapter):
+    add_gpu_nodes(kube, 8)
+    add_pd(kube)
+    await settle(adapter, kube)
+    # as a namespace enforcing a Pod Security level stricter than the balloons meet answers
+    kube.inject_fault(code=403, method="POST", path_contains="/pods")
+    plan = GangPlan({PREFILL: component_plan(PREFILL, current=1, desired=1, balloons=1)})
+    report = await adapter.apply(plan, adapter.snapshot(now_s=time.time()), dry_run=False)
+
+    assert report.components[PREFILL].balloons.created_gangs == ()
+    (event,) = events(kube, "BalloonWriteFailed")
+    assert event["type"] == "Warning"
+    assert event["involvedObject"]["name"] == "llama-prefill"
+    assert event["message"] == (
+        "balloon gang writes failed; the buffer is short: "
+        f"create {NS}/llama-prefill-balloon-0-0: 403 Forbidden"
+    )
+    # the next pass creates the gang, and says nothing more
+    await settle(adapter, kube)
+    await adapter.apply(plan, adapter.snapshot(now_s=time.time()), dry_run=False)
+    assert len(balloon_pods(kube, "llama-prefill")) == 2
+    assert len(events(kube, "BalloonWriteFailed")) == 1
+
+
 async def test_components_are_written_concurrently_so_a_slow_write_holds_up_no_other(kube, adapter):
     add_gpu_nodes(kube, 8)
     add_pd(kube)
