@@ -25,6 +25,8 @@ from prometheus_api_client.exceptions import PrometheusApiClientException
 from urllib3.exceptions import ReadTimeoutError
 from urllib3.util.retry import Retry
 
+from autoscaler.adapters.prometheus_auth import PrometheusCredentials, file_auth, session_for
+
 log = logging.getLogger(__name__)
 
 # Statuses worth a second try: Prometheus restarting, a proxy in front of it, overload.
@@ -102,10 +104,12 @@ class PrometheusHttp:
         url: str,
         timeout_s: float,
         retries: int = 1,
-        headers: dict[str, str] | None = None,
+        credentials: PrometheusCredentials | None = None,
         stats: PrometheusStats | None = None,
         on_error: ErrorCallback | None = None,
     ) -> None:
+        """Raises PrometheusCredentialsError when a token, password or CA file of
+        `credentials` cannot be read: a configuration error, found at start."""
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be positive, got {timeout_s}")
         self.timeout_s = timeout_s
@@ -115,9 +119,16 @@ class PrometheusHttp:
         # total=0: the client must not retry behind our back; raise_on_status=False lets a
         # 5xx come back as a response so its status is reported.
         no_retry = Retry(total=0, raise_on_status=False, raise_on_redirect=False)
+        credentials = credentials if credentials is not None else PrometheusCredentials()
         self._client = PrometheusConnect(
-            url=url.rstrip("/"), headers=headers, retry=no_retry, timeout=timeout_s
+            url=url.rstrip("/"),
+            headers=dict(credentials.headers) or None,
+            retry=no_retry,
+            timeout=timeout_s,
+            auth=file_auth(credentials),  # typed as a tuple, but any requests auth works
+            session=session_for(credentials),
         )
+        log.info("prometheus %s: %s", url, credentials.describe())
 
     def close(self) -> None:
         self._client.close()

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autoscaler.adapters.pod_names import leader_pod_name
+from autoscaler.adapters.prometheus_auth import PrometheusCredentials
 from autoscaler.adapters.prometheus_backfill import BackfillResult, backfill_demand
 from autoscaler.adapters.prometheus_http import (
     ErrorCallback,
@@ -39,7 +40,13 @@ from autoscaler.adapters.prometheus_restore import (
 )
 from autoscaler.core.model import Component, ComponentKey, Signals
 
-__all__ = ["ComponentTarget", "PrometheusQueries", "PrometheusSource", "PrometheusStats"]
+__all__ = [
+    "ComponentTarget",
+    "PrometheusCredentials",
+    "PrometheusQueries",
+    "PrometheusSource",
+    "PrometheusStats",
+]
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +112,10 @@ def _pod_value(outcome: QueryOutcome, namespace: str, pod: str) -> tuple[float |
 
 
 class PrometheusSource:
-    """Reads the signal queries once per tick and maps them to components."""
+    """Reads the signal queries once per tick and maps them to components.
+
+    Its one `PrometheusHttp`, and so one set of credentials, also serves the back-fill and
+    the learned-capacity restore."""
 
     def __init__(
         self,
@@ -116,7 +126,7 @@ class PrometheusSource:
         staleness_limit_s: float = 120.0,
         retries: int = 1,
         max_parallel_queries: int = 6,
-        headers: dict[str, str] | None = None,
+        credentials: PrometheusCredentials | None = None,
         stats: PrometheusStats | None = None,
         on_error: ErrorCallback | None = None,
     ) -> None:
@@ -130,7 +140,7 @@ class PrometheusSource:
             url=url,
             timeout_s=timeout_s,
             retries=retries,
-            headers=headers,
+            credentials=credentials,
             stats=stats,
             on_error=on_error,
         )

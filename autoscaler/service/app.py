@@ -167,6 +167,7 @@ class Service:
         )
         self.prometheus = PrometheusSource(
             url=settings.prometheus_url,
+            credentials=settings.prometheus_credentials,
             queries=settings.queries,
             # Half the tick at most: a slow Prometheus leaves time to plan (holding) and report.
             timeout_s=min(settings.prometheus_timeout_s, self.deadline_s / 2),

@@ -35,6 +35,11 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+from autoscaler.adapters.prometheus_auth import (
+    PrometheusCredentials,
+    PrometheusCredentialsError,
+    read_secret_file,
+)
 from autoscaler.adapters.prometheus_queries import PrometheusQueries
 from autoscaler.core.policy import PREFIX, parse_duration
 from autoscaler.validation_errors import describe_validation_error
@@ -121,6 +126,51 @@ def _valid_namespaces(value: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(value))  # drop repeats, keep order
 
 
+def _header_pairs(value: Any) -> Any:
+    # Flags give a list of "Name=Value"; environment (JSON) and YAML give a mapping.
+    if isinstance(value, list | tuple):
+        pairs = {}
+        for item in value:
+            name, sep, header_value = str(item).partition("=")
+            if not sep:
+                raise ValueError(f"expected NAME=VALUE, got a header without '=' ({name!r})")
+            pairs[name.strip()] = header_value.strip()
+        return pairs
+    return value
+
+
+# RFC 9110 token characters; a value must not carry a line break into the request.
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+
+
+def _valid_headers(value: dict[str, str]) -> dict[str, str]:
+    bad = [name for name in value if not _HEADER_NAME.match(name)]
+    if bad:
+        raise ValueError(f"not HTTP header names: {', '.join(map(repr, bad))}")
+    broken = [name for name, text in value.items() if "\r" in text or "\n" in text]
+    if broken:  # the value itself is never echoed: it may be a credential
+        raise ValueError(f"line break in the value of {', '.join(broken)}")
+    return value
+
+
+def _secret_file_readable(setting: str) -> Any:
+    def check(path: Path | None) -> Path | None:
+        if path is not None:
+            try:
+                read_secret_file(path, setting=setting)
+            except PrometheusCredentialsError as err:
+                raise ValueError(str(err).removeprefix(f"{setting}: ")) from err
+        return path
+
+    return AfterValidator(check)
+
+
+def _file_exists(path: Path | None) -> Path | None:
+    if path is not None and not path.is_file():
+        raise ValueError(f"{path} is not a readable file")
+    return path
+
+
 class RunSettings(BaseSettings):
     """Everything `gang-autoscaler run` needs to know. Built by `load_settings`."""
 
@@ -184,6 +234,40 @@ class RunSettings(BaseSettings):
         default=timedelta(seconds=10),
         description="Deadline of one Prometheus query; a slower answer counts as missing data.",
     )
+    prometheus_bearer_token_file: Annotated[
+        Path | None, _secret_file_readable("prometheus_bearer_token_file")
+    ] = Field(
+        default=None,
+        description="File holding a token sent as `Authorization: Bearer <token>`, e.g. "
+        "/var/run/secrets/kubernetes.io/serviceaccount/token for OpenShift's thanos-querier; "
+        "re-read every minute and after a 401, so rotated tokens are picked up.",
+    )
+    prometheus_basic_auth_username: str | None = Field(
+        default=None,
+        min_length=1,
+        description="User name for HTTP basic auth to Prometheus; the password comes from "
+        "prometheus_basic_auth_password_file.",
+    )
+    prometheus_basic_auth_password_file: Annotated[
+        Path | None, _secret_file_readable("prometheus_basic_auth_password_file")
+    ] = Field(
+        default=None,
+        description="File holding the basic-auth password (re-read like the token file).",
+    )
+    prometheus_headers: Annotated[
+        dict[str, str], BeforeValidator(_header_pairs), AfterValidator(_valid_headers)
+    ] = Field(
+        default={},
+        repr=False,  # a value may be a credential
+        description="Extra HTTP headers on every Prometheus request, e.g. X-Scope-OrgID for "
+        "Grafana Mimir; flag NAME=VALUE (repeatable), environment a JSON object. Only the "
+        "names are logged.",
+    )
+    prometheus_ca_file: Annotated[Path | None, AfterValidator(_file_exists)] = Field(
+        default=None,
+        description="PEM CA bundle to verify an https Prometheus against (e.g. OpenShift's "
+        "service CA). Unset: the system CA store.",
+    )
     staleness_limit: Duration = Field(
         default=timedelta(minutes=2),
         description="Samples older than this are missing data (None), so the component holds.",
@@ -228,6 +312,25 @@ class RunSettings(BaseSettings):
                 f"must be at least {MIN_LEASE_DURATION_S}s (client-go's default is 15s)"
             )
         return value
+
+    @model_validator(mode="after")
+    def _one_authorization(self) -> RunSettings:
+        self.prometheus_credentials  # noqa: B018  # raises when two settings set Authorization
+        return self
+
+    @property
+    def prometheus_credentials(self) -> PrometheusCredentials:
+        """The Prometheus headers, auth files and CA bundle, for `PrometheusSource`."""
+        try:
+            return PrometheusCredentials(
+                headers=dict(self.prometheus_headers),
+                bearer_token_file=self.prometheus_bearer_token_file,
+                basic_auth_username=self.prometheus_basic_auth_username,
+                basic_auth_password_file=self.prometheus_basic_auth_password_file,
+                ca_file=self.prometheus_ca_file,
+            )
+        except PrometheusCredentialsError as err:
+            raise ValueError(str(err)) from err
 
     @field_validator("log_level", mode="before")
     @classmethod
@@ -293,6 +396,19 @@ _FLAGS: tuple[tuple[str, str, dict[str, Any]], ...] = (
     ("--lease-duration", "lease_duration", _duration_flag("lease_duration")),
     ("--log-format", "log_format", {"choices": ("json", "text")}),
     ("--prometheus-timeout", "prometheus_timeout", _duration_flag("prometheus_timeout")),
+    ("--prometheus-bearer-token-file", "prometheus_bearer_token_file", {"metavar": "PATH"}),
+    ("--prometheus-basic-auth-username", "prometheus_basic_auth_username", {"metavar": "USER"}),
+    (
+        "--prometheus-basic-auth-password-file",
+        "prometheus_basic_auth_password_file",
+        {"metavar": "PATH"},
+    ),
+    (
+        "--prometheus-header",
+        "prometheus_headers",
+        {"metavar": "NAME=VALUE", "action": "append"},
+    ),
+    ("--prometheus-ca-file", "prometheus_ca_file", {"metavar": "PATH"}),
     ("--staleness-limit", "staleness_limit", _duration_flag("staleness_limit")),
     (
         "--watch-staleness-limit",
@@ -320,7 +436,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         kwargs = dict(extra)
         info = RunSettings.model_fields[field]
         shown_default = kwargs.pop("help_default", None)
-        if shown_default is None and not info.is_required() and info.default not in (None, ()):
+        if shown_default is None and not info.is_required() and info.default not in (None, (), {}):
             shown_default = info.default
         env = ENV_PREFIX + field.upper()
         help_text = f"{info.description} [env {env}"

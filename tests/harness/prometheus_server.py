@@ -10,6 +10,9 @@ into a data directory before the server starts.
 
 Fixtures (import them into a test module or list this module in `pytest_plugins`):
 
+`PrometheusServer(basic_auth=(user, password))` serves its API only with those credentials
+(Prometheus's `--web.config.file`, `basic_auth_users`); the harness's own requests send them.
+
 - `prometheus_factory`: call it with `targets=[...]` (and optionally `data_dir=`,
   `scrape_interval_s=`, `lookback_delta_s=`) to get a started server; every server it made
   is stopped at teardown.
@@ -20,6 +23,7 @@ environment variable is set: under CI the Prometheus tests must run.
 
 from __future__ import annotations
 
+import base64
 import os
 import shutil
 import signal
@@ -39,6 +43,30 @@ import yaml
 
 PROMETHEUS_BINARY = "prometheus"
 PROMTOOL_BINARY = "promtool"
+
+
+# Prometheus wants bcrypt hashes in basic_auth_users. With the `bcrypt` package one is made
+# for any password; without it (it is not a dependency), this hash of TEST_PASSWORD, made
+# once with Python's `crypt` at bcrypt cost 4 (the cheapest Go's bcrypt accepts), is used.
+TEST_PASSWORD = "gang-autoscaler-test"
+TEST_PASSWORD_BCRYPT = "$2b$04$16ioDFGuPGvCxDxhwohIZuBcmk4JbA4woFtXXaZFlseSVIrWGLaG2"
+
+
+def bcrypt_hash(password: str) -> str:
+    try:
+        import bcrypt
+    except ImportError:
+        if password != TEST_PASSWORD:
+            raise PrometheusHarnessError(
+                f"without the bcrypt package only TEST_PASSWORD ({TEST_PASSWORD!r}) has a hash"
+            ) from None
+        return TEST_PASSWORD_BCRYPT
+    return str(bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds=4)).decode())
+
+
+def basic_auth_header(username: str, password: str) -> str:
+    """The `Authorization` value for HTTP basic auth."""
+    return "Basic " + base64.b64encode(f"{username}:{password}".encode()).decode()
 
 
 class PrometheusHarnessError(RuntimeError):
@@ -107,6 +135,7 @@ class PrometheusServer:
         scrape_interval_s: float = 1.0,
         lookback_delta_s: float | None = None,
         retention: str = "30d",
+        basic_auth: tuple[str, str] | None = None,
     ) -> None:
         self._binary = require_binary(PROMETHEUS_BINARY)
         self._workdir = Path(tempfile.mkdtemp(prefix="prometheus-test-"))
@@ -121,6 +150,14 @@ class PrometheusServer:
         self._process: subprocess.Popen[bytes] | None = None
         self.port = free_port()
         self._write_config()
+        self.web_config_path: Path | None = None
+        self._headers: dict[str, str] = {}
+        if basic_auth is not None:
+            username, password = basic_auth
+            self.web_config_path = self._workdir / "web.yml"
+            web = {"basic_auth_users": {username: bcrypt_hash(password)}}
+            self.web_config_path.write_text(yaml.safe_dump(web))
+            self._headers["Authorization"] = basic_auth_header(username, password)
 
     @property
     def url(self) -> str:
@@ -144,6 +181,8 @@ class PrometheusServer:
             "--web.enable-lifecycle",
             "--log.level=warn",
         ]
+        if self.web_config_path is not None:
+            command.append(f"--web.config.file={self.web_config_path}")
         if self._lookback_delta_s is not None:
             command.append(f"--query.lookback-delta={int(self._lookback_delta_s * 1000)}ms")
         return command
@@ -172,7 +211,7 @@ class PrometheusServer:
             if not self.running:
                 return False
             try:
-                with urllib.request.urlopen(f"{self.url}/-/ready", timeout=1.0) as response:
+                with urllib.request.urlopen(self._request("/-/ready"), timeout=1.0) as response:
                     if response.status == 200:
                         return True
             except (urllib.error.URLError, ConnectionError, TimeoutError):
@@ -192,12 +231,16 @@ class PrometheusServer:
             process.kill()
             process.wait()
 
+    def _request(self, path: str, *, method: str = "GET") -> urllib.request.Request:
+        """A request of the harness's own, with the server's credentials if it has any."""
+        return urllib.request.Request(f"{self.url}{path}", method=method, headers=self._headers)
+
     def set_targets(self, targets: Sequence[ScrapeTarget]) -> None:
         """Replace the scrape targets and hot-reload the config if the server runs."""
         self._targets = list(targets)
         self._write_config()
         if self.running:
-            request = urllib.request.Request(f"{self.url}/-/reload", method="POST")
+            request = self._request("/-/reload", method="POST")
             try:
                 with urllib.request.urlopen(request, timeout=10.0) as response:
                     if response.status != 200:
@@ -210,8 +253,8 @@ class PrometheusServer:
         import json
         import urllib.parse
 
-        url = f"{self.url}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
-        with urllib.request.urlopen(url, timeout=10.0) as response:
+        path = "/api/v1/query?" + urllib.parse.urlencode({"query": promql})
+        with urllib.request.urlopen(self._request(path), timeout=10.0) as response:
             body = json.load(response)
         result: list[dict[str, object]] = body["data"]["result"]
         return result
@@ -221,7 +264,7 @@ class PrometheusServer:
         `/metrics`: an independent count of what a client sent."""
         from prometheus_client.parser import text_string_to_metric_families
 
-        with urllib.request.urlopen(f"{self.url}/metrics", timeout=10.0) as response:
+        with urllib.request.urlopen(self._request("/metrics"), timeout=10.0) as response:
             text = response.read().decode()
         return sum(
             sample.value

@@ -174,3 +174,88 @@ def test_top_level_log_level_reaches_the_settings() -> None:
 def test_log_level_from_the_environment_is_read_in_any_case(monkeypatch) -> None:
     monkeypatch.setenv("GANG_AUTOSCALER_LOG_LEVEL", "warning")
     assert _load("--prometheus-url", "http://p:1").log_level == "WARNING"
+
+
+def test_prometheus_credentials_come_from_flags_environment_and_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    token = tmp_path / "token"
+    token.write_text("secret-token\n")
+    ca = tmp_path / "ca.pem"
+    ca.write_text("-----BEGIN CERTIFICATE-----\n")
+    config = _write(
+        tmp_path,
+        "prometheus_url: https://thanos-querier.openshift-monitoring.svc:9091\n"
+        f"prometheus_bearer_token_file: {token}\n"
+        f"prometheus_ca_file: {ca}\n"
+        "prometheus_headers:\n  X-Scope-OrgID: from-file\n",
+    )
+    from_file = _load("--config", config).prometheus_credentials
+    assert from_file.bearer_token_file == token
+    assert from_file.ca_file == ca
+    assert dict(from_file.headers) == {"X-Scope-OrgID": "from-file"}
+
+    monkeypatch.setenv("GANG_AUTOSCALER_PROMETHEUS_HEADERS", '{"X-Scope-OrgID": "from-env"}')
+    assert _load("--config", config).prometheus_headers == {"X-Scope-OrgID": "from-env"}
+    flagged = _load(
+        "--config",
+        config,
+        "--prometheus-header",
+        "X-Scope-OrgID=from-flag",
+        "--prometheus-header",
+        "X-Extra = a=b",
+    )
+    assert flagged.prometheus_headers == {"X-Scope-OrgID": "from-flag", "X-Extra": "a=b"}
+    assert "from-flag" not in repr(flagged)  # header values may be credentials
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        pytest.param(
+            ["--prometheus-bearer-token-file", "{missing}"],
+            "prometheus_bearer_token_file: cannot read",
+            id="missing-token-file",
+        ),
+        pytest.param(
+            ["--prometheus-bearer-token-file", "{empty}"],
+            "prometheus_bearer_token_file: {empty} is empty",
+            id="empty-token-file",
+        ),
+        pytest.param(
+            [
+                "--prometheus-bearer-token-file",
+                "{token}",
+                "--prometheus-header",
+                "authorization=Bearer other",
+            ],
+            "prometheus_headers sets Authorization, and so does prometheus_bearer_token_file",
+            id="authorization-twice",
+        ),
+        pytest.param(
+            ["--prometheus-basic-auth-username", "u"],
+            "prometheus_basic_auth_password_file, or neither",
+            id="basic-auth-without-password",
+        ),
+        pytest.param(
+            ["--prometheus-header", "X-Scope-OrgID"],
+            "prometheus_headers: expected NAME=VALUE",
+            id="header-without-value",
+        ),
+        pytest.param(
+            ["--prometheus-ca-file", "{missing}"],
+            "prometheus_ca_file: {missing} is not a readable file",
+            id="missing-ca-file",
+        ),
+    ],
+)
+def test_bad_prometheus_credentials_are_named(
+    tmp_path: Path, extra: list[str], message: str
+) -> None:
+    paths = {"missing": tmp_path / "absent", "empty": tmp_path / "empty", "token": tmp_path / "t"}
+    paths["empty"].write_text("\n")
+    paths["token"].write_text("x")
+    argv = [arg.format(**paths) for arg in extra]
+    with pytest.raises(SettingsError) as raised:
+        _load("--prometheus-url", "http://prom:9090", *argv)
+    assert message.format(**paths) in str(raised.value)
