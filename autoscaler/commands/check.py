@@ -9,8 +9,8 @@ A DisaggregatedSet's roles are checked as the LWS each becomes: the role's
 `metadata.annotations` are that LWS's, and its deployment defaults to the set's name. A role
 the service cannot scale (one without `scaling.mode: External`) is reported. An LWS manifest
 that another controller owns is reported, except a DisaggregatedSet's: whether its role is
-External is written in the DisaggregatedSet, and checked there. So is a set of more than
-one slice, whose roles have one LWS per slice: the service holds those.
+External is written in the DisaggregatedSet, and checked there. A set of more than one slice
+is reported too: each of its roles has one LWS per slice, and the service holds such a role.
 
 A HorizontalPodAutoscaler or KEDA ScaledObject in the same files whose `scaleTargetRef` is
 an opted-in LWS (or a role's DisaggregatedSetRoleScaler) is reported: the service never
