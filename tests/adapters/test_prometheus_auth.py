@@ -25,6 +25,7 @@ from autoscaler.adapters.prometheus_http import PrometheusUnavailable
 from autoscaler.adapters.prometheus_queries import PrometheusQueries
 from autoscaler.adapters.prometheus_source import ComponentTarget, PrometheusSource
 from autoscaler.core.model import Component, ComponentKey
+from tests.harness.http_stub import serve
 from tests.harness.prometheus_server import TEST_PASSWORD, PrometheusServer, basic_auth_header
 from tests.harness.vllm_exporter import PodValues, VllmExporter
 
@@ -121,16 +122,8 @@ async def recording_prometheus(
             return web.Response(status=401, text="Unauthorized")
         return web.json_response(EMPTY_VECTOR)
 
-    app = web.Application()
-    app.router.add_route("*", "/api/v1/query", query)
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}", seen
-    finally:
-        await runner.cleanup()
+    async with serve(query) as (url, _):
+        yield url, seen
 
 
 async def test_the_token_file_is_sent_as_bearer_and_a_401_picks_up_a_new_one(

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
 
 import pytest
 from aiohttp import web
@@ -19,6 +17,7 @@ from autoscaler.adapters.prometheus_http import PrometheusUnavailable
 from autoscaler.adapters.prometheus_queries import PrometheusQueries
 from autoscaler.adapters.prometheus_source import ComponentTarget, PrometheusSource
 from autoscaler.core.model import Component, ComponentKey, Signals
+from tests.harness.http_stub import serve
 from tests.harness.prometheus_server import PrometheusServer
 from tests.harness.vllm_exporter import PodValues, VllmExporter
 
@@ -29,32 +28,9 @@ TARGETS = [
 QUERIES = PrometheusQueries.vllm(rate_window="5s", mean_window="5s")
 SIGNAL_NAMES = ("waiting_requests", "running_requests", "kv_usage_fraction", "demand")
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
 
 def all_none(signals: Signals) -> bool:
     return all(getattr(signals, name) is None for name in SIGNAL_NAMES)
-
-
-@asynccontextmanager
-async def serve(handler: Handler) -> AsyncIterator[tuple[str, list[web.Request]]]:
-    seen: list[web.Request] = []
-
-    async def record(request: web.Request) -> web.StreamResponse:
-        seen.append(request)
-        return await handler(request)
-
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", record)
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    try:
-        yield f"http://127.0.0.1:{port}", seen
-    finally:
-        await runner.cleanup()
 
 
 @pytest.mark.prometheus
