@@ -283,6 +283,26 @@ def test_security_contexts_can_be_overridden_or_left_out(chart: helm.Chart) -> N
     assert "securityContext" not in container
 
 
+def test_extra_env_volumes_and_mounts_are_added_verbatim_after_the_charts(
+    chart: helm.Chart,
+) -> None:
+    pod = one(render_objects(chart, NON_DEFAULT_VALUES), "Deployment")["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    extra_env = NON_DEFAULT_VALUES["extraEnv"]
+    # appended, so the chart's own (the leader-election identity among them) stay in place
+    assert [e["name"] for e in container["env"][: -len(extra_env)]] == [
+        "POD_NAME",
+        "POD_NAMESPACE",
+        "OPENBLAS_NUM_THREADS",
+        "MPLCONFIGDIR",
+    ]
+    assert container["env"][-len(extra_env) :] == extra_env
+    assert [v["name"] for v in pod["volumes"]] == ["config", "tmp", "corporate-ca"]
+    assert pod["volumes"][-1] == NON_DEFAULT_VALUES["extraVolumes"][0]
+    assert [m["name"] for m in container["volumeMounts"]] == ["config", "tmp", "corporate-ca"]
+    assert container["volumeMounts"][-1] == NON_DEFAULT_VALUES["extraVolumeMounts"][0]
+
+
 def test_metrics_service_selects_the_pods(rendered: list[dict[str, Any]]) -> None:
     deployment = one(rendered, "Deployment")
     service = one(rendered, "Service")
@@ -356,6 +376,10 @@ BAD_VALUES = [
     pytest.param(_with("vllmPodMonitor.interval", "15us"), id="vllm-scrape-interval-unit"),
     pytest.param(_with("vllmPodMonitor.path", "metrics"), id="relative-metrics-path"),
     pytest.param(_with("tickInterval", "15s"), id="unknown-top-level-key"),
+    pytest.param(_with("extraEnv", {"HTTPS_PROXY": "http://proxy:3128"}), id="extra-env-a-map"),
+    pytest.param(_with("extraEnv", ["HTTPS_PROXY=http://proxy:3128"]), id="extra-env-strings"),
+    pytest.param(_with("extraVolumes", [{"configMap": {"name": "ca"}}]), id="volume-unnamed"),
+    pytest.param(_with("extraVolumeMounts", [{"name": "ca"}]), id="volume-mount-no-path"),
 ]
 
 
