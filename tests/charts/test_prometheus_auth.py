@@ -151,7 +151,7 @@ def test_values_schema_rejects_bad_credentials(chart: helm.Chart, auth: dict[str
 
 # -- Secrets and ConfigMaps the chart mounts ---------------------------------------------------
 
-MOUNT_DIR = "/etc/gang-autoscaler/prometheus"
+MOUNT_DIR = "/var/run/secrets/gang-autoscaler/prometheus"
 NAME_FIELD = {"secret": "secretName", "configMap": "name"}
 PEM = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
 
@@ -281,7 +281,7 @@ def _kubelet_mounts(
 
 def _load_in_container(objects: list[dict[str, Any]], root: Path, tmp_path: Path) -> RunSettings:
     """The service's settings from the rendered args and config file, with the container's
-    paths under /etc/gang-autoscaler/prometheus/ looked up beneath `root`."""
+    paths under /var/run/secrets/gang-autoscaler/prometheus/ looked up beneath `root`."""
     config = _config(objects)
     for setting, value in config.items():
         if setting.endswith("_file"):

@@ -57,12 +57,12 @@ gang-autoscaler-balloon
 {{/*
 The files the service reads its Prometheus credentials from (empty: none). A Secret or
 ConfigMap given in the values is mounted, read-only and with only its one key, at a fixed
-path, one directory per volume beneath the config volume (the kubelet makes the mount points
-inside it); a path given as a value is used as it is.
+path, one directory per volume under /var/run/secrets (beside the ServiceAccount token, not
+inside the read-only config volume); a path given as a value is used as it is.
 */}}
 {{- define "gang-autoscaler.prometheusBearerTokenFile" -}}
 {{- if .Values.prometheus.bearerTokenSecret.name -}}
-/etc/gang-autoscaler/prometheus/bearer-token/token
+/var/run/secrets/gang-autoscaler/prometheus/bearer-token/token
 {{- else -}}
 {{- .Values.prometheus.bearerTokenFile }}
 {{- end }}
@@ -70,13 +70,13 @@ inside it); a path given as a value is used as it is.
 
 {{- define "gang-autoscaler.prometheusBasicAuthPasswordFile" -}}
 {{- if .Values.prometheus.basicAuth.passwordSecret.name -}}
-/etc/gang-autoscaler/prometheus/basic-auth/password
+/var/run/secrets/gang-autoscaler/prometheus/basic-auth/password
 {{- end }}
 {{- end }}
 
 {{- define "gang-autoscaler.prometheusCAFile" -}}
 {{- if or .Values.prometheus.caBundle.configMap .Values.prometheus.caBundle.secret -}}
-/etc/gang-autoscaler/prometheus/ca/ca.crt
+/var/run/secrets/gang-autoscaler/prometheus/ca/ca.crt
 {{- else -}}
 {{- .Values.prometheus.caFile }}
 {{- end }}
