@@ -100,6 +100,18 @@ NON_DEFAULT_VALUES: dict[str, Any] = {
         "seccompProfile": {"type": "RuntimeDefault"},
         "privileged": False,
     },
+    # A proxy, a service setting from a Secret, and a ConfigMap of the operator's mounted.
+    "extraEnv": [
+        {"name": "HTTPS_PROXY", "value": "http://proxy.example:3128"},
+        {
+            "name": "GANG_AUTOSCALER_PROMETHEUS_HEADERS",
+            "valueFrom": {"secretKeyRef": {"name": "prometheus-tenant", "key": "headers"}},
+        },
+    ],
+    "extraVolumes": [{"name": "corporate-ca", "configMap": {"name": "corporate-ca-bundle"}}],
+    "extraVolumeMounts": [
+        {"name": "corporate-ca", "mountPath": "/etc/ssl/corporate", "readOnly": True}
+    ],
 }
 
 # Everything optional switched off, and an existing ServiceAccount.

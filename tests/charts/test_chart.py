@@ -283,6 +283,26 @@ def test_security_contexts_can_be_overridden_or_left_out(chart: helm.Chart) -> N
     assert "securityContext" not in container
 
 
+def test_extra_env_volumes_and_mounts_are_added_verbatim_after_the_charts(
+    chart: helm.Chart,
+) -> None:
+    pod = one(render_objects(chart, NON_DEFAULT_VALUES), "Deployment")["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    extra_env = NON_DEFAULT_VALUES["extraEnv"]
+    # appended, so the chart's own (the leader-election identity among them) stay in place
+    assert [e["name"] for e in container["env"][: -len(extra_env)]] == [
+        "POD_NAME",
+        "POD_NAMESPACE",
+        "OPENBLAS_NUM_THREADS",
+        "MPLCONFIGDIR",
+    ]
+    assert container["env"][-len(extra_env) :] == extra_env
+    assert [v["name"] for v in pod["volumes"]] == ["config", "tmp", "corporate-ca"]
+    assert pod["volumes"][-1] == NON_DEFAULT_VALUES["extraVolumes"][0]
+    assert [m["name"] for m in container["volumeMounts"]] == ["config", "tmp", "corporate-ca"]
+    assert container["volumeMounts"][-1] == NON_DEFAULT_VALUES["extraVolumeMounts"][0]
+
+
 def test_metrics_service_selects_the_pods(rendered: list[dict[str, Any]]) -> None:
     deployment = one(rendered, "Deployment")
     service = one(rendered, "Service")
@@ -351,8 +371,15 @@ BAD_VALUES = [
     pytest.param(_with("httpPort", 80), id="privileged-port"),
     pytest.param(_with("replicaCount", 0), id="no-replicas"),
     pytest.param(_with("serviceMonitor.interval", "soon"), id="bad-scrape-interval"),
+    # prometheus-operator's Duration: whole numbers only, where the service's take fractions
+    pytest.param(_with("serviceMonitor.interval", "1.5s"), id="scrape-interval-fraction"),
+    pytest.param(_with("vllmPodMonitor.interval", "15us"), id="vllm-scrape-interval-unit"),
     pytest.param(_with("vllmPodMonitor.path", "metrics"), id="relative-metrics-path"),
     pytest.param(_with("tickInterval", "15s"), id="unknown-top-level-key"),
+    pytest.param(_with("extraEnv", {"HTTPS_PROXY": "http://proxy:3128"}), id="extra-env-a-map"),
+    pytest.param(_with("extraEnv", ["HTTPS_PROXY=http://proxy:3128"]), id="extra-env-strings"),
+    pytest.param(_with("extraVolumes", [{"configMap": {"name": "ca"}}]), id="volume-unnamed"),
+    pytest.param(_with("extraVolumeMounts", [{"name": "ca"}]), id="volume-mount-no-path"),
 ]
 
 
@@ -370,6 +397,48 @@ def test_values_schema_accepts_good_values(
     chart: helm.Chart, values: dict[str, Any] | None
 ) -> None:
     chart.validate_schema(values)
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        pytest.param("tick", "0s", id="tick"),
+        pytest.param("tick", "0m0.0s", id="tick-in-parts"),
+        pytest.param("prometheus.timeout", "0ms", id="query-timeout"),
+        pytest.param("prometheus.stalenessLimit", "00s", id="staleness"),
+        pytest.param("watchStalenessLimit", "0m", id="watch-staleness"),
+        pytest.param("leaderElection.leaseDuration", "0h", id="lease"),
+        pytest.param("serviceMonitor.interval", "0s", id="service-monitor-interval"),
+        pytest.param("serviceMonitor.interval", "0m0s", id="service-monitor-interval-in-parts"),
+        pytest.param("serviceMonitor.scrapeTimeout", "0m", id="service-monitor-timeout"),
+        pytest.param("vllmPodMonitor.interval", "0s", id="vllm-monitor-interval"),
+        pytest.param("vllmPodMonitor.interval", "0", id="vllm-monitor-interval-bare-zero"),
+    ],
+)
+def test_values_schema_refuses_a_zero_duration_naming_it(
+    chart: helm.Chart, path: str, value: str
+) -> None:
+    with pytest.raises(helm.HelmValuesError) as refused:
+        chart.validate_schema(_with(path, value))
+    message = str(refused.value)
+    # the value and the rule it breaks, not the bare "'not' failed" a `not` clause gives
+    assert f"at '/{path.replace('.', '/')}': '{value}' does not match pattern '[1-9]'" in message
+    assert "'not' failed" not in message
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        pytest.param("serviceMonitor.interval", "1m30s", id="service-monitor-interval-in-parts"),
+        pytest.param("serviceMonitor.scrapeTimeout", "0m10s", id="timeout-with-zero-part"),
+        pytest.param("vllmPodMonitor.interval", "10s", id="vllm-monitor-interval"),
+        pytest.param("tick", "0.5s", id="tick-fraction"),
+    ],
+)
+def test_values_schema_accepts_durations_longer_than_zero(
+    chart: helm.Chart, path: str, value: str
+) -> None:
+    chart.validate_schema(_with(path, value))
 
 
 def test_values_schema_covers_every_value() -> None:

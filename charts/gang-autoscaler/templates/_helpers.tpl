@@ -55,6 +55,34 @@ gang-autoscaler-balloon
 {{- end }}
 
 {{/*
+The files the service reads its Prometheus credentials from (empty: none). A Secret or
+ConfigMap given in the values is mounted, read-only and with only its one key, at a fixed
+path, one directory per volume under /var/run/secrets (beside the ServiceAccount token, not
+inside the read-only config volume); a path given as a value is used as it is.
+*/}}
+{{- define "gang-autoscaler.prometheusBearerTokenFile" -}}
+{{- if .Values.prometheus.bearerTokenSecret.name -}}
+/var/run/secrets/gang-autoscaler/prometheus/bearer-token/token
+{{- else -}}
+{{- .Values.prometheus.bearerTokenFile }}
+{{- end }}
+{{- end }}
+
+{{- define "gang-autoscaler.prometheusBasicAuthPasswordFile" -}}
+{{- if .Values.prometheus.basicAuth.passwordSecret.name -}}
+/var/run/secrets/gang-autoscaler/prometheus/basic-auth/password
+{{- end }}
+{{- end }}
+
+{{- define "gang-autoscaler.prometheusCAFile" -}}
+{{- if or .Values.prometheus.caBundle.configMap .Values.prometheus.caBundle.secret -}}
+/var/run/secrets/gang-autoscaler/prometheus/ca/ca.crt
+{{- else -}}
+{{- .Values.prometheus.caFile }}
+{{- end }}
+{{- end }}
+
+{{/*
 Rules of autoscaler/service/settings.py that JSON Schema cannot express: without them the
 install succeeds and the pods crash-loop on start-up. Included by the settings ConfigMap.
 */}}
@@ -65,5 +93,49 @@ install succeeds and the pods crash-loop on start-up. Included by the settings C
 {{- end }}
 {{- if gt (int .Values.buffer.minGangs) (int .Values.buffer.maxGangs) }}
 {{- fail (printf "buffer.minGangs (%d) is above buffer.maxGangs (%d)" (int .Values.buffer.minGangs) (int .Values.buffer.maxGangs)) }}
+{{- end }}
+{{- include "gang-autoscaler.validatePrometheusAuth" . }}
+{{- end }}
+
+{{/*
+One source per credential, and one Authorization header: the service refuses two at start-up
+(PrometheusCredentials), so the chart names the values instead.
+*/}}
+{{- define "gang-autoscaler.validatePrometheusAuth" -}}
+{{- $prometheus := .Values.prometheus }}
+{{- $basicAuth := $prometheus.basicAuth }}
+{{- if and $prometheus.bearerTokenFile $prometheus.bearerTokenSecret.name }}
+{{- fail "prometheus.bearerTokenFile and prometheus.bearerTokenSecret.name both give the bearer token; set one" }}
+{{- end }}
+{{- if and $basicAuth.username (not $basicAuth.passwordSecret.name) }}
+{{- fail "prometheus.basicAuth.username is set without prometheus.basicAuth.passwordSecret.name; basic auth needs both" }}
+{{- end }}
+{{- if and $basicAuth.passwordSecret.name (not $basicAuth.username) }}
+{{- fail "prometheus.basicAuth.passwordSecret.name is set without prometheus.basicAuth.username; basic auth needs both" }}
+{{- end }}
+{{- $bearer := "" }}
+{{- if $prometheus.bearerTokenSecret.name }}
+{{- $bearer = "prometheus.bearerTokenSecret" }}
+{{- else if $prometheus.bearerTokenFile }}
+{{- $bearer = "prometheus.bearerTokenFile" }}
+{{- end }}
+{{- if and $bearer $basicAuth.username }}
+{{- fail (printf "prometheus.basicAuth and %s both set the Authorization header; use one" $bearer) }}
+{{- end }}
+{{- $authorization := $bearer }}
+{{- if $basicAuth.username }}
+{{- $authorization = "prometheus.basicAuth" }}
+{{- end }}
+{{- range $name, $_ := $prometheus.headers }}
+{{- if and $authorization (eq (lower $name) "authorization") }}
+{{- fail (printf "prometheus.headers sets %s, and so does %s; use one" $name $authorization) }}
+{{- end }}
+{{- end }}
+{{- $caBundle := $prometheus.caBundle }}
+{{- if and $caBundle.configMap $caBundle.secret }}
+{{- fail "prometheus.caBundle.configMap and prometheus.caBundle.secret both give the CA bundle; set one" }}
+{{- end }}
+{{- if and $prometheus.caFile (or $caBundle.configMap $caBundle.secret) }}
+{{- fail "prometheus.caFile and prometheus.caBundle both give the CA bundle; set one" }}
 {{- end }}
 {{- end }}
