@@ -621,3 +621,71 @@ def test_chart_accepts_boundary_values_the_service_accepts(
 ) -> None:
     _clear_settings_env(monkeypatch)
     _settings_from_rendered(render_objects(chart, _with(path, value)), tmp_path)
+
+
+def _monitors(service_monitor: dict[str, Any], pod_monitor: dict[str, Any]) -> dict[str, Any]:
+    values = copy.deepcopy(NON_DEFAULT_VALUES)
+    values["serviceMonitor"].update(service_monitor)
+    values["vllmPodMonitor"].update(pod_monitor)
+    return values
+
+
+@pytest.mark.parametrize(
+    ("service_monitor", "pod_monitor", "message"),
+    [
+        pytest.param(
+            {"interval": "10s", "scrapeTimeout": "15s"},
+            {},
+            'serviceMonitor.scrapeTimeout "15s" is above serviceMonitor.interval "10s"',
+            id="timeout-above-interval",
+        ),
+        pytest.param(
+            {"interval": "1m", "scrapeTimeout": "1m500ms"},
+            {},
+            'serviceMonitor.scrapeTimeout "1m500ms" is above serviceMonitor.interval "1m"',
+            id="timeout-above-interval-by-milliseconds",
+        ),
+        pytest.param(
+            {},
+            {"interval": "31s"},
+            'vllmPodMonitor.interval "31s" is above 30s',
+            id="vllm-interval-above-30s",
+        ),
+        pytest.param(
+            {},
+            {"interval": "1m"},
+            'vllmPodMonitor.interval "1m" is above 30s',
+            id="vllm-interval-a-minute",
+        ),
+    ],
+)
+def test_chart_refuses_scrape_settings_prometheus_cannot_use(
+    chart: helm.Chart, service_monitor: dict[str, Any], pod_monitor: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(helm.HelmError) as refused:
+        render_objects(chart, _monitors(service_monitor, pod_monitor))
+    assert message in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("service_monitor", "pod_monitor"),
+    [
+        pytest.param({"interval": "10s", "scrapeTimeout": "10s"}, {}, id="timeout-equals-interval"),
+        pytest.param({"interval": "1m30s", "scrapeTimeout": "1m"}, {}, id="interval-in-parts"),
+        pytest.param({"interval": "1d", "scrapeTimeout": "1h"}, {}, id="days"),
+        pytest.param({}, {"interval": "30s"}, id="vllm-interval-at-30s"),
+        pytest.param({}, {"interval": "29s999ms"}, id="vllm-interval-in-milliseconds"),
+        pytest.param(
+            {"enabled": False, "interval": "10s", "scrapeTimeout": "15s"},
+            {"enabled": False, "interval": "1m"},
+            id="monitors-off-values-unused",
+        ),
+    ],
+)
+def test_chart_accepts_scrape_settings_prometheus_can_use(
+    chart: helm.Chart, service_monitor: dict[str, Any], pod_monitor: dict[str, Any]
+) -> None:
+    objects = render_objects(chart, _monitors(service_monitor, pod_monitor))
+    if service_monitor.get("enabled", True):
+        endpoint = one(objects, "ServiceMonitor")["spec"]["endpoints"][0]
+        assert endpoint["scrapeTimeout"] == service_monitor.get("scrapeTimeout", "5s")

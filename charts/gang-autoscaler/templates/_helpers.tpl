@@ -43,11 +43,11 @@ app.kubernetes.io/component: controller
 gang-autoscaler-balloon
 {{- end }}
 
-{{/* Seconds in a Go-style duration ("1m30s", "500ms"); the schema has checked its form. */}}
+{{/* Seconds in a Go-style or Prometheus duration ("1m30s", "500ms", "1d"); the schema has checked its form. */}}
 {{- define "gang-autoscaler.durationSeconds" -}}
-{{- $unitSeconds := dict "ns" 0.000000001 "us" 0.000001 "µs" 0.000001 "ms" 0.001 "s" 1.0 "m" 60.0 "h" 3600.0 }}
+{{- $unitSeconds := dict "ns" 0.000000001 "us" 0.000001 "µs" 0.000001 "ms" 0.001 "s" 1.0 "m" 60.0 "h" 3600.0 "d" 86400.0 "w" 604800.0 "y" 31536000.0 }}
 {{- $total := 0.0 }}
-{{- range regexFindAll "[0-9]+(\\.[0-9]+)?(ns|us|µs|ms|s|m|h)" . -1 }}
+{{- range regexFindAll "[0-9]+(\\.[0-9]+)?(ns|us|µs|ms|s|m|h|d|w|y)" . -1 }}
 {{- $number := regexFind "^[0-9]+(\\.[0-9]+)?" . }}
 {{- $total = addf $total (mulf (float64 $number) (get $unitSeconds (trimPrefix $number .))) }}
 {{- end }}
@@ -95,6 +95,26 @@ install succeeds and the pods crash-loop on start-up. Included by the settings C
 {{- fail (printf "buffer.minGangs (%d) is above buffer.maxGangs (%d)" (int .Values.buffer.minGangs) (int .Values.buffer.maxGangs)) }}
 {{- end }}
 {{- include "gang-autoscaler.validatePrometheusAuth" . }}
+{{- include "gang-autoscaler.validateScrapeIntervals" . }}
+{{- end }}
+
+{{/*
+Scrape settings prometheus-operator or the signal queries cannot use. A ServiceMonitor whose
+scrapeTimeout is above its interval is dropped by the operator with only a log line, and the
+service's series (dashboards, the learned capacity a restart reads back) silently stop; the
+demand queries take rate(...[1m]), which needs two vLLM samples a minute.
+*/}}
+{{- define "gang-autoscaler.validateScrapeIntervals" -}}
+{{- with .Values.serviceMonitor }}
+{{- if and .enabled (gt (float64 (include "gang-autoscaler.durationSeconds" .scrapeTimeout)) (float64 (include "gang-autoscaler.durationSeconds" .interval))) }}
+{{- fail (printf "serviceMonitor.scrapeTimeout %q is above serviceMonitor.interval %q; prometheus-operator drops such a ServiceMonitor" .scrapeTimeout .interval) }}
+{{- end }}
+{{- end }}
+{{- with .Values.vllmPodMonitor }}
+{{- if and .enabled (gt (float64 (include "gang-autoscaler.durationSeconds" .interval)) 30.0) }}
+{{- fail (printf "vllmPodMonitor.interval %q is above 30s: the demand queries' rate(...[1m]) needs two samples a minute" .interval) }}
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{/*
