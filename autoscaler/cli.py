@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
@@ -37,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "configures_logging", False):
@@ -48,6 +49,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     code: int = args.func(args)
     return code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    # A reader that stops early (`gang-autoscaler simulate | head -3`) closes the pipe; the
+    # next write raises BrokenPipeError. This is the handling the Python docs recommend
+    # (library/signal.html, "Note on SIGPIPE"): flush inside the try so the error is raised
+    # here rather than at interpreter exit, then point stdout at devnull so that exit's own
+    # flush cannot fail again. Not `signal(SIGPIPE, SIG_DFL)`: the same docs warn that it
+    # kills the process whenever any socket's peer goes away, and `run` writes to sockets.
+    try:
+        try:
+            return _main(argv)
+        finally:
+            sys.stdout.flush()  # also after --help, which leaves by SystemExit
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1  # what Python itself exits with on EPIPE, as in the docs' example
 
 
 if __name__ == "__main__":

@@ -1,7 +1,11 @@
-"""The top-level `gang-autoscaler` parser: `--log-level` is a checked choice in any case."""
+"""The top-level `gang-autoscaler` command: `--log-level` is a checked choice in any case,
+and a reader that goes away early ends it quietly."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import typing
 from pathlib import Path
 
@@ -9,6 +13,8 @@ import pytest
 
 from autoscaler.cli import LOG_LEVELS, build_parser, main
 from autoscaler.service.settings import RunSettings
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize(
@@ -40,3 +46,46 @@ def test_unknown_log_level_is_a_usage_error(
 def test_log_levels_are_those_run_accepts() -> None:
     annotation = RunSettings.model_fields["log_level"].annotation
     assert typing.get_args(annotation) == LOG_LEVELS
+
+
+SIMULATE_A_MINUTE = ["simulate", "--duration", "1m", "--no-progress"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "unbuffered"),
+    [
+        # a terminal user's stdout to a pipe is block-buffered: the write happens at the end
+        pytest.param(SIMULATE_A_MINUTE, False, id="simulate-buffered"),
+        # PYTHONUNBUFFERED=1, as container images often set: the first print writes
+        pytest.param(SIMULATE_A_MINUTE, True, id="simulate-unbuffered"),
+        # printed by argparse, which leaves by SystemExit with the text still buffered
+        pytest.param(["--help"], False, id="help-buffered"),
+    ],
+)
+def test_a_reader_that_went_away_ends_the_command_without_a_traceback(
+    argv: list[str], unbuffered: bool
+) -> None:
+    # `gang-autoscaler simulate | head -3`, made deterministic: the pipe's only reader is
+    # closed before the command starts, so its first write to stdout meets EPIPE.
+    env = {name: value for name, value in os.environ.items() if name != "PYTHONUNBUFFERED"}
+    if unbuffered:
+        env["PYTHONUNBUFFERED"] = "1"
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        # `-m` from the checkout, so the code under test is this tree's, not an installed one
+        result = subprocess.run(
+            [sys.executable, "-m", "autoscaler.cli", *argv],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            cwd=REPO,
+            env=env,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    finally:
+        os.close(write_end)
+    assert "BrokenPipeError" not in result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.returncode == 1  # as Python's own exit on EPIPE, not 120 (failed flush)
