@@ -1,7 +1,8 @@
 """Balloon gangs (DESIGN section 7): whole-gang placeholders that real gangs preempt.
 
-A balloon gang is one pause pod per gang member with exactly the member's resource requests,
-limits and placement, at priority class `gang-autoscaler-balloon` (-5). Members of one
+A balloon gang is one pause pod per gang member (its image the `balloon_image` setting, so a
+cluster can pull a mirror) with exactly the member's resource requests, limits and placement,
+at priority class `gang-autoscaler-balloon` (-5). Members of one
 balloon gang share a label and a required pod affinity on the LWS's exclusive topology key,
 so the capacity they hold is capacity one real gang can use. A balloon gang with a missing
 member holds nothing a gang can use, so it is deleted whole and recreated whole.
@@ -38,6 +39,7 @@ from autoscaler.adapters.kube_objects import (
     LWS_KIND,
     MANAGED_BY_LABEL,
     MANAGED_BY_VALUE,
+    PAUSE_IMAGE,
     Obj,
     annotations_of,
     int_label,
@@ -54,7 +56,6 @@ PRIORITY_CLASS_NAME = "gang-autoscaler-balloon"
 # Below every real workload (default 0) and above the cluster-autoscaler's expendable cutoff
 # (-10), so a Pending balloon still makes the cluster grow.
 PRIORITY_CLASS_VALUE = -5
-PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
 # What Pod Security Admission's `restricted` level asks of every pod, so a namespace that
 # enforces it admits balloons. No fixed uid: the pause image runs as 65535 by itself, and
 # OpenShift's restricted SCC refuses a uid outside the namespace's range.
@@ -80,7 +81,9 @@ def _resources(amounts: Resources) -> dict[str, str]:
     return {name: _quantity(name, amount) for name, amount in sorted(amounts.items()) if amount}
 
 
-def _member_spec(pod: PodShape, *, affinity_term: Mapping[str, Any] | None) -> dict[str, Any]:
+def _member_spec(
+    pod: PodShape, *, image: str, affinity_term: Mapping[str, Any] | None
+) -> dict[str, Any]:
     resources: dict[str, Any] = {"requests": _resources(pod.requests)}
     if pod.limits:
         resources["limits"] = _resources(pod.limits)
@@ -88,7 +91,7 @@ def _member_spec(pod: PodShape, *, affinity_term: Mapping[str, Any] | None) -> d
         "containers": [
             {
                 "name": "pause",
-                "image": PAUSE_IMAGE,
+                "image": image,
                 "resources": resources,
                 "securityContext": copy.deepcopy(CONTAINER_SECURITY_CONTEXT),
             }
@@ -113,12 +116,13 @@ def _member_spec(pod: PodShape, *, affinity_term: Mapping[str, Any] | None) -> d
     return spec
 
 
-def shape_digest(shape: GangShape) -> str:
-    """A short digest of everything a balloon copies from the LWS: when the LWS templates
-    change, balloons built from the old shape are replaced."""
+def shape_digest(shape: GangShape, *, image: str) -> str:
+    """A short digest of everything a balloon pod is built from: the LWS templates (resources
+    and placement) and the balloon image. When either changes, balloons built from the old
+    one are replaced."""
     parts = [
-        _member_spec(shape.leader, affinity_term=None),
-        _member_spec(shape.worker, affinity_term=None),
+        _member_spec(shape.leader, image=image, affinity_term=None),
+        _member_spec(shape.worker, image=image, affinity_term=None),
         shape.pods_per_gang,
         shape.topology_key,
     ]
@@ -127,7 +131,7 @@ def shape_digest(shape: GangShape) -> str:
 
 
 def balloon_gang_manifests(
-    lws: Obj, *, shape: GangShape, gang_index: int
+    lws: Obj, *, shape: GangShape, gang_index: int, image: str
 ) -> tuple[dict[str, Any], ...]:
     """The pod manifests of balloon gang `gang_index` for this LWS, member 0 (leader) first."""
     lws_name = str(meta(lws).get("name", ""))
@@ -145,7 +149,7 @@ def balloon_gang_manifests(
         if shape.topology_key
         else None
     )
-    digest = shape_digest(shape)
+    digest = shape_digest(shape, image=image)
     pods = []
     for member, pod_shape in enumerate(shape.pods):
         pods.append(
@@ -172,7 +176,7 @@ def balloon_gang_manifests(
                         }
                     ],
                 },
-                "spec": _member_spec(pod_shape, affinity_term=term),
+                "spec": _member_spec(pod_shape, image=image, affinity_term=term),
             }
         )
     return tuple(pods)
@@ -351,8 +355,9 @@ class BalloonResult:
 class BalloonWriter:
     """Carries out a `BalloonPlan` through the API, one whole gang at a time."""
 
-    def __init__(self, api_client: client.ApiClient) -> None:
+    def __init__(self, api_client: client.ApiClient, *, image: str = PAUSE_IMAGE) -> None:
         self._core: Any = client.CoreV1Api(api_client)
+        self.image = image
 
     async def _delete(self, namespace: str, pod_name: str) -> str | None:
         try:
@@ -396,7 +401,9 @@ class BalloonWriter:
         created: list[int] = []
         for gang in plan.create_gangs:
             try:
-                manifests = balloon_gang_manifests(lws, shape=shape, gang_index=gang)
+                manifests = balloon_gang_manifests(
+                    lws, shape=shape, gang_index=gang, image=self.image
+                )
             except BalloonShapeError as err:
                 failed.append(str(err))
                 break

@@ -35,6 +35,7 @@ from autoscaler.adapters.kube_objects import (
     LWS_GROUP,
     LWS_PLURAL,
     LWS_VERSION,
+    PAUSE_IMAGE,
     ROLE_SCALER_PLURAL,
 )
 from autoscaler.adapters.kube_state import KubeState, build_state
@@ -58,11 +59,14 @@ class KubeAdapter:
         foreign_hold_s: float = 600.0,
         event_instance: str | None = None,
         default_annotations: Mapping[str, str] | None = None,
+        balloon_image: str = PAUSE_IMAGE,
     ) -> None:
         self._namespaces = frozenset(namespaces) if namespaces else None
         self._default_annotations = dict(default_annotations or {})
         self._parse_cache = ParseCache()
         self._can_grow = can_grow
+        # The snapshot counts whole balloon gangs by the digest the actuator builds them with.
+        self._balloon_image = balloon_image
         self.watch_staleness_limit_s = watch_staleness_limit_s
         core = client.CoreV1Api(api_client)
         custom = client.CustomObjectsApi(api_client)
@@ -107,6 +111,7 @@ class KubeAdapter:
             events=self.events,
             may_write=may_write,
             namespaces=self._namespaces,
+            balloon_image=balloon_image,
         )
         self._api_client = api_client
         self._tasks: list[asyncio.Task[None]] = []
@@ -160,6 +165,7 @@ class KubeAdapter:
             parse_cache=self._parse_cache,
             role_scalers=self.role_scalers.items(),
             role_scalers_error=self.role_scalers.unavailable,
+            balloon_image=self._balloon_image,
         )
 
     async def repair_balloons(self, *, now_s: float) -> tuple[str, ...]:

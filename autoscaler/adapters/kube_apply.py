@@ -49,6 +49,7 @@ from autoscaler.adapters.kube_objects import (
     BALLOON_GANG_LABEL,
     MANAGED_BY_LABEL,
     MANAGED_BY_VALUE,
+    PAUSE_IMAGE,
     Obj,
     int_label,
     labels,
@@ -100,6 +101,7 @@ class Actuator:
         may_write: Callable[[], bool] = lambda: True,
         namespaces: Collection[str] | None = None,
         max_concurrent: int = DEFAULT_MAX_CONCURRENT,
+        balloon_image: str = PAUSE_IMAGE,
     ) -> None:
         if max_concurrent < 1:
             raise ValueError(f"max_concurrent must be >= 1, got {max_concurrent}")
@@ -107,7 +109,7 @@ class Actuator:
         self._core: Any = client.CoreV1Api(api_client)
         self._scaler = scaler
         self._events = events
-        self._balloons = BalloonWriter(api_client)
+        self._balloons = BalloonWriter(api_client, image=balloon_image)
         self._may_write = may_write
         self._namespaces = namespaces
 
@@ -295,7 +297,7 @@ class Actuator:
             lws_name=key.lws,
             desired_gangs=plan.balloon_gangs,
             pods_per_gang=found.shape.pods_per_gang,
-            digest=shape_digest(found.shape),
+            digest=shape_digest(found.shape, image=self._balloons.image),
         )
         result: BalloonResult | None = None
         if balloon_plan.changes and not dry:
@@ -412,7 +414,7 @@ class Actuator:
                 lws_name=key.lws,
                 desired_gangs=top,
                 pods_per_gang=comp.discovered.shape.pods_per_gang,
-                digest=shape_digest(comp.discovered.shape),
+                digest=shape_digest(comp.discovered.shape, image=self._balloons.image),
             )
             if repair.delete_pods:
                 result = await self._balloons.carry_out(

@@ -38,6 +38,9 @@ BALLOON_FOR_LABEL = "gang-autoscaler.io/balloon-for"
 BALLOON_GANG_LABEL = "gang-autoscaler.io/balloon-gang"
 BALLOON_MEMBER_LABEL = "gang-autoscaler.io/balloon-member"
 BALLOON_SHAPE_ANNOTATION = "gang-autoscaler.io/balloon-shape"
+# The balloon pods' container by default (`balloon_image` setting). Kept here, not in
+# balloons.py, so the settings can name it without importing the Kubernetes client.
+PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
 
 Obj = Mapping[str, Any]
 

@@ -20,6 +20,7 @@ from autoscaler.adapters.kube_discovery import DiscoveredComponent, ParseCache, 
 from autoscaler.adapters.kube_objects import (
     BALLOON_FOR_LABEL,
     LWS_NAME_LABEL,
+    PAUSE_IMAGE,
     Obj,
     labels,
     namespace,
@@ -98,6 +99,7 @@ def build_state(
     parse_cache: ParseCache | None = None,
     role_scalers: Iterable[Obj] = (),
     role_scalers_error: str | None = None,
+    balloon_image: str = PAUSE_IMAGE,
 ) -> KubeState:
     pod_list = list(pods)
     by_lws: dict[tuple[str, str], list[Obj]] = {}
@@ -134,7 +136,7 @@ def build_state(
                 balloons,
                 lws_name=key.lws,
                 pods_per_gang=found.shape.pods_per_gang,
-                digest=shape_digest(found.shape),
+                digest=shape_digest(found.shape, image=balloon_image),
             )
             observation = ComponentObservation(
                 key=key,

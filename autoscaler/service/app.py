@@ -164,6 +164,7 @@ class Service:
             watch_staleness_limit_s=settings.watch_staleness_limit_s,
             event_instance=self.identity,
             default_annotations=settings.buffer.annotations(),
+            balloon_image=settings.balloon_image,
         )
         self.prometheus = PrometheusSource(
             url=settings.prometheus_url,

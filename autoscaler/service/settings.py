@@ -35,6 +35,7 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+from autoscaler.adapters.kube_objects import PAUSE_IMAGE
 from autoscaler.adapters.prometheus_auth import (
     PrometheusCredentials,
     PrometheusCredentialsError,
@@ -296,6 +297,13 @@ class RunSettings(BaseSettings):
         default=True,
         description="The cluster has a node autoscaler: request gangs beyond what fits now.",
     )
+    balloon_image: str = Field(
+        default=PAUSE_IMAGE,
+        pattern=r"^\S+$",
+        description="Image of the balloon pods' one container, which only sleeps: a mirror of "
+        f"{PAUSE_IMAGE} for a cluster that cannot pull from registry.k8s.io. Pulled with the "
+        "LWS pod template's imagePullSecrets. Changing it replaces every balloon pod.",
+    )
     queries: PrometheusQueries = Field(
         default=PrometheusQueries(), description="PromQL of each signal."
     )
@@ -418,6 +426,7 @@ _FLAGS: tuple[tuple[str, str, dict[str, Any]], ...] = (
     ("--backfill-days", "backfill_days", {"metavar": "DAYS", "type": float}),
     ("--forecast-model", "forecast_model", {"choices": tuple(MODELS)}),
     ("--cluster-can-grow", "cluster_can_grow", {"action": argparse.BooleanOptionalAction}),
+    ("--balloon-image", "balloon_image", {"metavar": "IMAGE"}),
 )
 
 

@@ -34,7 +34,7 @@ def _lws(**kwargs):
 def test_members_copy_the_lws_templates_exact_resources_and_placement():
     lws = _lws()
     shape = gang_shape_from_lws(lws)
-    pods = balloon_gang_manifests(lws, shape=shape, gang_index=1)
+    pods = balloon_gang_manifests(lws, shape=shape, gang_index=1, image=PAUSE_IMAGE)
     assert [p["metadata"]["name"] for p in pods] == ["vllm-balloon-1-0", "vllm-balloon-1-1"]
     templates = lws["spec"]["leaderWorkerTemplate"]
     for pod, tpl in zip(pods, ("leaderTemplate", "workerTemplate"), strict=True):
@@ -82,7 +82,9 @@ def test_no_topology_key_means_no_pod_affinity_and_template_affinity_is_kept():
         lws["spec"]["leaderWorkerTemplate"][tpl]["spec"]["affinity"] = {
             "nodeAffinity": node_affinity
         }
-    pods = balloon_gang_manifests(lws, shape=gang_shape_from_lws(lws), gang_index=0)
+    pods = balloon_gang_manifests(
+        lws, shape=gang_shape_from_lws(lws), gang_index=0, image=PAUSE_IMAGE
+    )
     for pod in pods:
         assert pod["spec"]["affinity"] == {"nodeAffinity": node_affinity}
 
@@ -90,14 +92,14 @@ def test_no_topology_key_means_no_pod_affinity_and_template_affinity_is_kept():
 def test_a_name_too_long_for_a_label_is_refused_clearly():
     lws = vllm_lws(name="x" * 64)
     with pytest.raises(BalloonShapeError, match="longer than 63"):
-        balloon_gang_manifests(lws, shape=gang_shape_from_lws(lws), gang_index=0)
+        balloon_gang_manifests(lws, shape=gang_shape_from_lws(lws), gang_index=0, image=PAUSE_IMAGE)
 
 
-def _existing(lws, gangs, *, drop=(), terminating=(), digest_of=None):
+def _existing(lws, gangs, *, drop=(), terminating=(), digest_of=None, image=PAUSE_IMAGE):
     shape = gang_shape_from_lws(digest_of or lws)
     pods = []
     for gang in gangs:
-        for pod in balloon_gang_manifests(lws, shape=shape, gang_index=gang):
+        for pod in balloon_gang_manifests(lws, shape=shape, gang_index=gang, image=image):
             name = pod["metadata"]["name"]
             if name in drop:
                 continue
@@ -107,14 +109,14 @@ def _existing(lws, gangs, *, drop=(), terminating=(), digest_of=None):
     return pods
 
 
-def _plan(lws, pods, desired):
+def _plan(lws, pods, desired, *, image=PAUSE_IMAGE):
     shape = gang_shape_from_lws(lws)
     return plan_balloons(
         pods,
         lws_name="vllm",
         desired_gangs=desired,
         pods_per_gang=shape.pods_per_gang,
-        digest=shape_digest(shape),
+        digest=shape_digest(shape, image=image),
     )
 
 
@@ -159,6 +161,27 @@ def test_a_changed_lws_template_replaces_its_balloons():
     assert plan.broken_gangs == (0,) and len(plan.delete_pods) == 2
 
 
+MIRROR = "mirror.example.com/k8s/pause:3.10"
+
+
+def test_a_new_balloon_image_replaces_the_balloons():
+    lws = _lws()
+    pods = _existing(lws, [0, 1])
+    plan = _plan(lws, pods, 2, image=MIRROR)
+    assert plan.broken_gangs == (0, 1) and len(plan.delete_pods) == 4
+    rebuilt = _existing(lws, [0, 1], image=MIRROR)
+    assert {p["spec"]["containers"][0]["image"] for p in rebuilt} == {MIRROR}
+    assert not _plan(lws, rebuilt, 2, image=MIRROR).changes
+
+
+def test_an_unchanged_lws_keeps_its_balloons_across_an_upgrade():
+    # Every cluster replaces every balloon gang once when this digest changes. The default
+    # image leaves the digest of the LWS example as it was before the image was a setting.
+    # Change the value deliberately, and say so under "Upgrading" in docs/operators.md.
+    assert shape_digest(gang_shape_from_lws(_lws()), image=PAUSE_IMAGE) == "2051fb608be5a0b7"
+    assert shape_digest(gang_shape_from_lws(vllm_lws()), image=PAUSE_IMAGE) == "52a33ada241ad748"
+
+
 def test_plan_is_idempotent_once_reached():
     lws = _lws()
     plan = _plan(lws, _existing(lws, [0, 1]), 2)
@@ -182,7 +205,11 @@ def test_balloon_pods_are_grouped_by_the_lws_they_hold_capacity_for():
     shape = gang_shape_from_lws(_lws(name="a"))
     whole, mine = (
         plan_balloons(
-            pods, lws_name="a", desired_gangs=1, pods_per_gang=2, digest=shape_digest(shape)
+            pods,
+            lws_name="a",
+            desired_gangs=1,
+            pods_per_gang=2,
+            digest=shape_digest(shape, image=PAUSE_IMAGE),
         )
         for pods in ([*a, *b], grouped[("serving", "a")])
     )
@@ -194,7 +221,9 @@ def test_balloon_pods_meet_the_restricted_pod_security_standard():
     # pod-security-standards), which a namespace may enforce: it refuses a pod that falls
     # short at creation (403), and the buffer stays empty.
     lws = _lws()
-    for pod in balloon_gang_manifests(lws, shape=gang_shape_from_lws(lws), gang_index=0):
+    for pod in balloon_gang_manifests(
+        lws, shape=gang_shape_from_lws(lws), gang_index=0, image=PAUSE_IMAGE
+    ):
         kubernetes_validate.validate(pod, kubernetes_validate.latest_version(), strict=True)
         spec = pod["spec"]
         assert spec["securityContext"]["runAsNonRoot"] is True

@@ -22,7 +22,7 @@ from kubernetes_asyncio import client
 from autoscaler.adapters.kube_adapter import KubeAdapter
 from autoscaler.adapters.kube_cache import WatchCache
 from autoscaler.adapters.kube_errors import NotLeader, status_message
-from autoscaler.adapters.kube_objects import LWS_GROUP, LWS_PLURAL, LWS_VERSION
+from autoscaler.adapters.kube_objects import LWS_GROUP, LWS_PLURAL, LWS_VERSION, PAUSE_IMAGE
 from autoscaler.adapters.lws_scaler import ScaleResult
 from autoscaler.core.decision import plan as core_plan
 from autoscaler.core.gang_plan import ComponentPlan, GangPlan, Memory, Reason
@@ -688,6 +688,56 @@ async def test_balloons_of_pods_with_an_unlimited_sidecar_are_valid_pods(kube, a
     )
     assert set(resources["limits"]) == {"nvidia.com/gpu"}  # CPU and memory unlimited
     assert resources["limits"]["nvidia.com/gpu"] == resources["requests"]["nvidia.com/gpu"]
+
+
+MIRROR = "mirror.example.com/k8s/pause:3.10"
+
+
+async def test_balloons_take_the_configured_image(kube, api):
+    # An air-gapped cluster: balloons pull a mirror of the pause image.
+    lws = lws_manifest("llama-decode", replicas=1, annotations={**ON})
+    add_gpu_nodes(kube, 4)
+    kube.apply(lws)
+    plan = GangPlan({DECODE: component_plan(DECODE, current=1, desired=1, balloons=1)})
+
+    mirrored = KubeAdapter(api, watch_timeout_s=30, event_instance="test-0", balloon_image=MIRROR)
+    await mirrored.start(sync_timeout_s=5)
+    await mirrored.ensure_priority_class()
+    try:
+        await settle(mirrored, kube)
+        report = await mirrored.apply(plan, mirrored.snapshot(now_s=time.time()), dry_run=False)
+        assert report.components[DECODE].balloons.created_gangs == (0,)
+        balloons = balloon_pods(kube, "llama-decode")
+        assert len(balloons) == 2
+        for pod in balloons:
+            assert [c["image"] for c in pod["spec"]["containers"]] == [MIRROR]
+            assert pod["spec"].get("nodeName")
+        # The snapshot counts them with the same image, as whole and current: nothing to redo.
+        await settle(mirrored, kube)
+        state = mirrored.snapshot(now_s=time.time())
+        assert state.observations({}).components[DECODE].balloon_gangs == 1
+        report = await mirrored.apply(plan, state, dry_run=False)
+        assert not report.components[DECODE].balloon_plan.changes
+        assert await mirrored.repair_balloons(now_s=time.time()) == ()  # as after a restart
+    finally:
+        await mirrored.close()
+
+    # Back to the default image: the mirror's balloons are outdated and replaced whole.
+    default = KubeAdapter(api, watch_timeout_s=30, event_instance="test-0")
+    await default.start(sync_timeout_s=5)
+    try:
+        await settle(default, kube)
+        state = default.snapshot(now_s=time.time())
+        assert state.observations({}).components[DECODE].balloon_gangs == 0
+        report = await default.apply(plan, state, dry_run=False)
+        assert report.components[DECODE].balloon_plan.broken_gangs == (0,)
+        await settle(default, kube)
+        await default.apply(plan, default.snapshot(now_s=time.time()), dry_run=False)
+        balloons = balloon_pods(kube, "llama-decode")
+        assert len(balloons) == 2
+        assert {c["image"] for p in balloons for c in p["spec"]["containers"]} == {PAUSE_IMAGE}
+    finally:
+        await default.close()
 
 
 async def test_a_real_scale_up_preempts_a_whole_balloon_gang_and_it_is_recreated(kube, adapter):

@@ -27,6 +27,7 @@ NAMESPACES = (
     "badpolicy",
     "owned",
     "roles",
+    "mirror",
 )
 
 

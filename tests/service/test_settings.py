@@ -78,6 +78,20 @@ def test_flags_beat_environment_beat_file_beat_defaults(
     assert settings.staleness_limit_s == 120.0
 
 
+def test_balloon_image_comes_from_flag_environment_or_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert _load("--prometheus-url", "http://p:1").balloon_image == "registry.k8s.io/pause:3.10"
+    config = _write(
+        tmp_path, "prometheus_url: http://p:1\nballoon_image: file.example/pause:3.10\n"
+    )
+    assert _load("--config", config).balloon_image == "file.example/pause:3.10"
+    monkeypatch.setenv("GANG_AUTOSCALER_BALLOON_IMAGE", "env.example/pause:3.10")
+    assert _load("--config", config).balloon_image == "env.example/pause:3.10"
+    flagged = _load("--config", config, "--balloon-image", "flag.example/pause@sha256:0a1b")
+    assert flagged.balloon_image == "flag.example/pause@sha256:0a1b"
+
+
 def test_namespaces_repeat_on_the_command_line_and_split_from_environment(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -120,6 +134,16 @@ def test_dry_run_flag_can_switch_off_what_the_environment_switched_on(
             ["--prometheus-url", "http://p:1", "--lease-duration", "2s"],
             "lease_duration: .*at least 3s",
             id="lease-too-short-for-renewals",
+        ),
+        pytest.param(
+            ["--prometheus-url", "http://p:1", "--balloon-image", "pause 3.10"],
+            "balloon_image",
+            id="balloon-image-with-a-space",
+        ),
+        pytest.param(
+            ["--prometheus-url", "http://p:1", "--balloon-image", ""],
+            "balloon_image",
+            id="empty-balloon-image",
         ),
     ],
 )
