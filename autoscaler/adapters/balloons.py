@@ -1,8 +1,9 @@
 """Balloon gangs (DESIGN section 7): whole-gang placeholders that real gangs preempt.
 
 A balloon gang is one pause pod per gang member (its image the `balloon_image` setting, so a
-cluster can pull a mirror) with exactly the member's resource requests, limits and placement,
-at priority class `gang-autoscaler-balloon` (-5). Members of one
+cluster can pull a mirror) with exactly the member's resource requests, limits and placement
+(node selector, tolerations, affinity, topology spread, RuntimeClass, scheduler), and its
+template's image pull Secrets, at priority class `gang-autoscaler-balloon` (-5). Members of one
 balloon gang share a label and a required pod affinity on the LWS's exclusive topology key,
 so the capacity they hold is capacity one real gang can use. A balloon gang with a missing
 member holds nothing a gang can use, so it is deleted whole and recreated whole.
@@ -48,7 +49,7 @@ from autoscaler.adapters.kube_objects import (
     meta,
     pod_is_finished,
 )
-from autoscaler.core.shape import GangShape, PodShape, Resources
+from autoscaler.core.shape import GangShape, PodShape, Resources, subtract_resources
 
 log = logging.getLogger(__name__)
 
@@ -84,9 +85,16 @@ def _resources(amounts: Resources) -> dict[str, str]:
 def _member_spec(
     pod: PodShape, *, image: str, affinity_term: Mapping[str, Any] | None
 ) -> dict[str, Any]:
-    resources: dict[str, Any] = {"requests": _resources(pod.requests)}
-    if pod.limits:
-        resources["limits"] = _resources(pod.limits)
+    requests, limits = pod.requests, pod.limits
+    if pod.runtime_class_name and pod.overhead:
+        # The RuntimeClass admission plugin adds the class's overhead to the balloon as it did
+        # to the real pod (and refuses a template overhead that differs from it), so the
+        # container asks for the rest.
+        requests = subtract_resources(requests, pod.overhead)
+        limits = {k: v - pod.overhead.get(k, 0) for k, v in limits.items()}
+    resources: dict[str, Any] = {"requests": _resources(requests)}
+    if limits:
+        resources["limits"] = _resources(limits)
     spec: dict[str, Any] = {
         "containers": [
             {
@@ -113,6 +121,19 @@ def _member_spec(
         terms.append(dict(affinity_term))
     if affinity:
         spec["affinity"] = affinity
+    # Only when the template sets them, so that balloons of a template without them keep
+    # their digest (and are not all replaced by an upgrade).
+    if pod.topology_spread_constraints:
+        # Their selectors match the real pods, not balloons: a balloon goes where the
+        # spread lets the next real pod go.
+        spec["topologySpreadConstraints"] = copy.deepcopy(list(pod.topology_spread_constraints))
+    if pod.runtime_class_name:
+        spec["runtimeClassName"] = pod.runtime_class_name
+    if pod.scheduler_name:
+        # Placeholders hold capacity only in the view of the scheduler the real pods use.
+        spec["schedulerName"] = pod.scheduler_name
+    if pod.image_pull_secrets:
+        spec["imagePullSecrets"] = [dict(s) for s in pod.image_pull_secrets]
     return spec
 
 

@@ -112,6 +112,15 @@ class PodShape:
     affinity: Mapping[str, Any] | None = None
     # Raw tolerations, for balloon pods to copy verbatim.
     raw_tolerations: tuple[Mapping[str, Any], ...] = ()
+    # Kept for balloon pods to copy, so a placeholder lands where the real pod would: the same
+    # scheduler, the same RuntimeClass (whose admission adds its overhead and node selector),
+    # the same spread; and its image is pulled with the same credentials.
+    runtime_class_name: str | None = None
+    scheduler_name: str | None = None
+    topology_spread_constraints: tuple[Mapping[str, Any], ...] = ()
+    image_pull_secrets: tuple[Mapping[str, Any], ...] = ()
+    # The template's own `overhead`, already counted in `requests` and `limits`.
+    overhead: Resources = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,6 +222,11 @@ def pod_shape_from_spec(pod_spec: Mapping[str, Any]) -> PodShape:
         ),
         affinity=dict(affinity) if affinity else None,
         raw_tolerations=raw_tolerations,
+        runtime_class_name=pod_spec.get("runtimeClassName") or None,
+        scheduler_name=pod_spec.get("schedulerName") or None,
+        topology_spread_constraints=tuple(pod_spec.get("topologySpreadConstraints") or ()),
+        image_pull_secrets=tuple(pod_spec.get("imagePullSecrets") or ()),
+        overhead={k: parse_quantity(k, v) for k, v in (pod_spec.get("overhead") or {}).items()},
     )
 
 

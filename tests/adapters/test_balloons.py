@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import kubernetes_validate
 import pytest
 
@@ -164,6 +166,45 @@ def test_a_changed_lws_template_replaces_its_balloons():
 MIRROR = "mirror.example.com/k8s/pause:3.10"
 
 
+def _set_in_templates(field, value):
+    def edit(lws):
+        for tpl in ("leaderTemplate", "workerTemplate"):
+            lws["spec"]["leaderWorkerTemplate"][tpl]["spec"][field] = copy.deepcopy(value)
+
+    return edit
+
+
+SPREAD = {
+    "maxSkew": 1,
+    "topologyKey": "topology.kubernetes.io/zone",
+    "whenUnsatisfiable": "DoNotSchedule",
+    "labelSelector": {"matchLabels": {"leaderworkerset.sigs.k8s.io/name": "vllm"}},
+}
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        pytest.param(_set_in_templates("runtimeClassName", "nvidia"), id="runtime-class"),
+        pytest.param(
+            _set_in_templates("imagePullSecrets", [{"name": "mirror-pull"}]), id="pull-secrets"
+        ),
+        pytest.param(_set_in_templates("schedulerName", "kai-scheduler"), id="scheduler"),
+        pytest.param(_set_in_templates("topologySpreadConstraints", [SPREAD]), id="spread"),
+    ],
+)
+def test_a_template_change_in_what_balloons_copy_replaces_them(edit):
+    old = _lws()
+    new = _lws()
+    edit(new)
+    assert shape_digest(gang_shape_from_lws(new), image=PAUSE_IMAGE) != shape_digest(
+        gang_shape_from_lws(old), image=PAUSE_IMAGE
+    )
+    plan = _plan(new, _existing(old, [0]), 1)
+    assert plan.broken_gangs == (0,) and len(plan.delete_pods) == 2
+    assert _plan(new, _existing(new, [0]), 1).changes is False
+
+
 def test_a_new_balloon_image_replaces_the_balloons():
     lws = _lws()
     pods = _existing(lws, [0, 1])
@@ -175,11 +216,68 @@ def test_a_new_balloon_image_replaces_the_balloons():
 
 
 def test_an_unchanged_lws_keeps_its_balloons_across_an_upgrade():
-    # Every cluster replaces every balloon gang once when this digest changes. The default
-    # image leaves the digest of the LWS example as it was before the image was a setting.
-    # Change the value deliberately, and say so under "Upgrading" in docs/operators.md.
+    # Every cluster replaces every balloon gang once when this digest changes. The fields
+    # balloons copy only when a template sets them, and the default image, leave the digest
+    # of the LWS example as it was before they were copied. Change the value deliberately,
+    # and say so under "Upgrading" in docs/operators.md.
     assert shape_digest(gang_shape_from_lws(_lws()), image=PAUSE_IMAGE) == "2051fb608be5a0b7"
     assert shape_digest(gang_shape_from_lws(vllm_lws()), image=PAUSE_IMAGE) == "52a33ada241ad748"
+
+
+def test_members_copy_runtime_class_scheduler_spread_and_pull_secrets_of_their_template():
+    lws = _lws()
+    templates = lws["spec"]["leaderWorkerTemplate"]
+    leader, worker = templates["leaderTemplate"]["spec"], templates["workerTemplate"]["spec"]
+    for spec in (leader, worker):
+        spec["runtimeClassName"] = "nvidia"
+        spec["schedulerName"] = "kai-scheduler"
+        spec["imagePullSecrets"] = [{"name": "mirror-pull"}]
+    leader["topologySpreadConstraints"] = [SPREAD]
+    worker["imagePullSecrets"].append({"name": "ngc"})
+    pods = balloon_gang_manifests(lws, shape=gang_shape_from_lws(lws), gang_index=0, image=MIRROR)
+    for pod, template in zip(pods, (leader, worker), strict=True):
+        spec = pod["spec"]
+        assert spec["containers"][0]["image"] == MIRROR
+        assert spec["runtimeClassName"] == "nvidia"
+        assert spec["schedulerName"] == "kai-scheduler"
+        assert spec["imagePullSecrets"] == template["imagePullSecrets"]
+        assert spec.get("topologySpreadConstraints") == template.get("topologySpreadConstraints")
+        kubernetes_validate.validate(pod, kubernetes_validate.latest_version(), strict=True)
+    # a copy, not the template's own objects
+    assert pods[0]["spec"]["topologySpreadConstraints"][0] is not SPREAD
+    plain = _lws()
+    for pod in balloon_gang_manifests(
+        plain, shape=gang_shape_from_lws(plain), gang_index=0, image=PAUSE_IMAGE
+    ):
+        for field in (
+            "runtimeClassName",
+            "schedulerName",
+            "imagePullSecrets",
+            "topologySpreadConstraints",
+        ):
+            assert field not in pod["spec"]
+
+
+def test_a_template_overhead_is_left_to_the_runtime_class_admission():
+    # A template may state its RuntimeClass's overhead (admission refuses any other value).
+    # The balloon names the same class, so admission adds the overhead to it too: its
+    # container must ask only for the rest, or the balloon would hold the overhead twice.
+    overhead = {"cpu": "250m", "memory": "160Mi"}
+    lws = _lws()
+    for tpl in ("leaderTemplate", "workerTemplate"):
+        spec = lws["spec"]["leaderWorkerTemplate"][tpl]["spec"]
+        spec["runtimeClassName"] = "kata-nvidia"
+        spec["overhead"] = dict(overhead)
+    templates = lws["spec"]["leaderWorkerTemplate"]
+    pods = balloon_gang_manifests(
+        lws, shape=gang_shape_from_lws(lws), gang_index=0, image=PAUSE_IMAGE
+    )
+    for pod, tpl in zip(pods, ("leaderTemplate", "workerTemplate"), strict=True):
+        assert "overhead" not in pod["spec"]
+        admitted = {**pod["spec"], "overhead": overhead}  # what RuntimeClass admission does
+        real = pod_shape_from_spec(templates[tpl]["spec"])
+        assert pod_shape_from_spec(admitted).requests == real.requests
+        assert pod_shape_from_spec(admitted).limits == real.limits
 
 
 def test_plan_is_idempotent_once_reached():

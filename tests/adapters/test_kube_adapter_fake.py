@@ -693,9 +693,14 @@ async def test_balloons_of_pods_with_an_unlimited_sidecar_are_valid_pods(kube, a
 MIRROR = "mirror.example.com/k8s/pause:3.10"
 
 
-async def test_balloons_take_the_configured_image(kube, api):
-    # An air-gapped cluster: balloons pull a mirror of the pause image.
+async def test_balloons_take_the_configured_image_and_the_templates_pull_secrets(kube, api):
+    # An air-gapped cluster: balloons pull a private mirror of the pause image with the LWS
+    # templates' pull Secret, and run under the RuntimeClass the GPU nodes need.
     lws = lws_manifest("llama-decode", replicas=1, annotations={**ON})
+    templates = lws["spec"]["leaderWorkerTemplate"]
+    for template in (templates["leaderTemplate"], templates["workerTemplate"]):
+        template["spec"]["imagePullSecrets"] = [{"name": "mirror-pull"}]
+        template["spec"]["runtimeClassName"] = "nvidia"
     add_gpu_nodes(kube, 4)
     kube.apply(lws)
     plan = GangPlan({DECODE: component_plan(DECODE, current=1, desired=1, balloons=1)})
@@ -711,6 +716,8 @@ async def test_balloons_take_the_configured_image(kube, api):
         assert len(balloons) == 2
         for pod in balloons:
             assert [c["image"] for c in pod["spec"]["containers"]] == [MIRROR]
+            assert pod["spec"]["imagePullSecrets"] == [{"name": "mirror-pull"}]
+            assert pod["spec"]["runtimeClassName"] == "nvidia"
             assert pod["spec"].get("nodeName")
         # The snapshot counts them with the same image, as whole and current: nothing to redo.
         await settle(mirrored, kube)

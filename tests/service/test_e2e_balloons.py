@@ -1,4 +1,5 @@
-"""End to end: the balloon image setting reaches the balloon pods the service creates."""
+"""End to end: the balloon image setting reaches the balloon pods the service creates, and
+the pods carry the LWS templates' pull Secrets to pull it."""
 
 from __future__ import annotations
 
@@ -27,6 +28,10 @@ async def test_balloon_pods_pull_the_configured_mirror_image(kube: FakeKube, liv
     kube.add_namespace(ns)
     one_balloon = {"gang-autoscaler.io/min-buffer": "1", "gang-autoscaler.io/max-buffer": "1"}
     for manifest in pd_manifests(ns, {PREFILL: NO_BUFFER, DECODE: one_balloon}):
+        templates = manifest["spec"]["leaderWorkerTemplate"]
+        for template in (templates.get("leaderTemplate"), templates["workerTemplate"]):
+            if template is not None:
+                template["spec"]["imagePullSecrets"] = [{"name": "airgap-registry"}]
         kube.apply(manifest)
     live.exporter.set_lws(namespace=ns, lws=PREFILL, waiting=0, kv_usage_fraction=0.5)
     live.exporter.set_lws(namespace=ns, lws=DECODE, waiting=1, kv_usage_fraction=0.6)
@@ -37,6 +42,7 @@ async def test_balloon_pods_pull_the_configured_mirror_image(kube: FakeKube, liv
         )
         for pod in balloon_pods(kube, ns, DECODE):
             assert [c["image"] for c in pod["spec"]["containers"]] == [MIRROR]
+            assert pod["spec"]["imagePullSecrets"] == [{"name": "airgap-registry"}]
         labels = {"namespace": ns, "deployment": "llama", "component": "decode"}
 
         async def held() -> bool:
