@@ -45,6 +45,7 @@ NON_DEFAULT_VALUES: dict[str, Any] = {
     "buffer": {"minGangs": 1, "maxGangs": 4},
     "leaderElection": {"leaseName": "autoscaler-leader", "leaseDuration": "20s"},
     "balloonPriorityClass": {"create": False, "value": -5},
+    "balloonImage": "registry.airgap.example:5000/k8s/pause:3.10",
     "serviceAccount": {
         "create": True,
         "name": "autoscaler-sa",

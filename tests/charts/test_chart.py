@@ -475,6 +475,7 @@ def test_chart_defaults_match_the_service_defaults(chart: helm.Chart) -> None:
     schema = json.loads((CHART_DIR / "values.schema.json").read_text())
     assert set(schema["properties"]["forecastModel"]["enum"]) == set(MODELS)
     assert values["buffer"] == {"minGangs": 0, "maxGangs": 2}  # DESIGN section 5 defaults
+    assert values["balloonImage"] == fields["balloon_image"].default
 
 
 # -- the settings the service receives --------------------------------------------------------
@@ -542,6 +543,7 @@ def test_non_default_values_reach_the_service(
     assert settings.buffer.min_gangs == 1 and settings.buffer.max_gangs == 4
     assert settings.queries.kv_cache == v["prometheus"]["queries"]["kvCache"]
     assert settings.queries.decode_demand == v["prometheus"]["queries"]["decodeDemand"]
+    assert settings.balloon_image == v["balloonImage"]
 
 
 # Values the service refuses at start-up (autoscaler/service/settings.py): the chart must
@@ -578,6 +580,9 @@ SERVICE_REFUSES = [
         {"minGangs": 3, "maxGangs": 1},
         {"buffer": {"min_gangs": 3, "max_gangs": 1}},
         id="buffer-min-above-max",
+    ),
+    pytest.param(
+        "balloonImage", "pause 3.10", {"balloon_image": "pause 3.10"}, id="balloon-image-space"
     ),
 ]
 
