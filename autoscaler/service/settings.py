@@ -49,6 +49,8 @@ from forecasting.models import MODELS, PLANNING_MODEL
 ENV_PREFIX = "GANG_AUTOSCALER_"
 # The shortest leader Lease that leaves whole seconds for the renew deadline and retries.
 MIN_LEASE_DURATION_S = 3
+# The shortest duration setting: timedelta keeps whole microseconds, so 1ns would read as 0s.
+MIN_DURATION_S = 1e-3
 
 
 class SettingsError(ValueError):
@@ -58,7 +60,10 @@ class SettingsError(ValueError):
 def _to_timedelta(value: Any) -> Any:
     if isinstance(value, timedelta):
         return value
-    return timedelta(seconds=parse_duration(value))
+    seconds = parse_duration(value)
+    if 0 < seconds < MIN_DURATION_S:
+        raise ValueError(f"{value!r} is shorter than 1ms, the shortest these settings take")
+    return timedelta(seconds=seconds)
 
 
 def _positive(value: timedelta) -> timedelta:

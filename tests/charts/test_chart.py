@@ -552,6 +552,10 @@ def test_non_default_values_reach_the_service(
 SERVICE_REFUSES = [
     pytest.param("tick", "0s", {"tick": "0s"}, id="tick-zero"),
     pytest.param("tick", "0m0.0s", {"tick": "0m0.0s"}, id="tick-zero-in-parts"),
+    pytest.param("tick", "1ns", {"tick": "1ns"}, id="tick-below-1ms"),
+    pytest.param(
+        "prometheus.timeout", "900us", {"prometheus_timeout": "900us"}, id="timeout-below-1ms"
+    ),
     pytest.param(
         "prometheus.timeout", "0ms", {"prometheus_timeout": "0ms"}, id="query-timeout-zero"
     ),
