@@ -16,6 +16,7 @@ query that got the 401 stays missing, the next one carries the new token.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -29,6 +30,9 @@ from requests.auth import AuthBase, HTTPBasicAuth
 log = logging.getLogger(__name__)
 
 SECRET_REREAD_INTERVAL_S = 60.0
+# RFC 7617: the user-id ends at the first colon; a control character breaks the header.
+# The chart's values.schema.json refuses the same characters.
+_UNSENDABLE_USERNAME = re.compile(r"[:\x00-\x1f\x7f]")
 
 
 class PrometheusCredentialsError(ValueError):
@@ -56,6 +60,13 @@ class PrometheusCredentials:
             raise PrometheusCredentialsError(
                 "set both prometheus_basic_auth_username and "
                 "prometheus_basic_auth_password_file, or neither"
+            )
+        if self.basic_auth_username is not None and _UNSENDABLE_USERNAME.search(
+            self.basic_auth_username
+        ):
+            raise PrometheusCredentialsError(
+                "prometheus_basic_auth_username: a colon or control character cannot be sent "
+                "in basic auth (RFC 7617)"
             )
         authorization = any(name.lower() == "authorization" for name in self.headers)
         if authorization and self.sets_authorization:

@@ -131,6 +131,7 @@ def test_rendered_credentials_load_as_the_service_settings(
             id="token-secret-unknown-field",
         ),
         pytest.param({"basicAuth": {"username": "a:b"}}, id="username-with-colon"),
+        pytest.param({"basicAuth": {"username": "a\tb"}}, id="username-with-tab"),
         pytest.param(
             {"basicAuth": {"username": "u", "password": "pw"}}, id="basic-auth-password-as-value"
         ),

@@ -123,6 +123,11 @@ def test_dry_run_flag_can_switch_off_what_the_environment_switched_on(
             ["--prometheus-url", "http://p:1", "--tick", "0s"], "longer than 0s", id="zero-tick"
         ),
         pytest.param(
+            ["--prometheus-url", "http://p:1", "--tick", "1ns"],
+            "tick: .*'1ns' is shorter than 1ms",
+            id="tick-below-1ms",
+        ),
+        pytest.param(
             ["--prometheus-url", "http://p:1", "--http-port", "70000"], "http_port", id="bad-port"
         ),
         pytest.param(
@@ -260,6 +265,16 @@ def test_prometheus_credentials_come_from_flags_environment_and_file(
             ["--prometheus-basic-auth-username", "u"],
             "prometheus_basic_auth_password_file, or neither",
             id="basic-auth-without-password",
+        ),
+        pytest.param(
+            [
+                "--prometheus-basic-auth-username",
+                "team:a",
+                "--prometheus-basic-auth-password-file",
+                "{token}",
+            ],
+            "prometheus_basic_auth_username: a colon or control character cannot be sent",
+            id="basic-auth-username-with-colon",
         ),
         pytest.param(
             ["--prometheus-header", "X-Scope-OrgID"],
