@@ -2,7 +2,10 @@
 
 Prefill: the ready prefill gangs together serve `gangs * prefill_tokens_per_s` prompt
 tokens per second, first come first served. A request's first token is ready when the
-prompt work queued ahead of it is done plus its own prompt at one gang's speed.
+prompt work queued ahead of it is done plus its own prompt at one gang's speed. Work is
+served only after it arrives, within a step too: the served amount is the fluid queue's
+reflection `S(t) = C(t) - sup_{s <= t} (C(s) - A(s-))` (C the cumulative capacity, A the
+cumulative prompt work), exact for arrivals anywhere in a step.
 
 Decode: each ready decode gang holds `max_sequences` running sequences; a sequence keeps its
 slot for `output_tokens / per_sequence_tokens_per_s` seconds, where the per-sequence speed
@@ -73,13 +76,16 @@ class Serving:
         self.occupancy_delta = np.zeros(horizon)
         # sequences holding a slot at each step's start, as a difference array
         self.holding_delta = np.zeros(horizon)
-        self.served_curve = np.zeros(n_steps + 1)  # prompt tokens served by each edge
         self.rate_curve = np.zeros(n_steps)  # prefill capacity (tokens/s) during each step
+        self.capacity_curve = np.zeros(n_steps + 1)  # cumulative prefill capacity C by each edge
         self.admitted_curve = np.zeros(n_steps + 1)  # requests given a decode slot by each edge
         self.admit_now_curve = np.zeros(n_steps)  # admitted at each step's start (free slots)
         self.admit_rate_curve = np.zeros(n_steps)  # slot-limited admissions/s after that
         self.edges = edges
         self._served = 0.0
+        # sup over s <= now of C(s) - A(s-): how far capacity has run ahead of the work, idle
+        # time included; served = C(now) - this
+        self._idle_capacity = 0.0
         self._admitted = 0.0
         self._occupancy = 0.0  # sequences holding a slot, averaged over the last step
         self._holding = 0.0  # sequences holding a slot at the last step's start
@@ -94,9 +100,8 @@ class Serving:
         if self.unified and slots > 0:
             capacity *= 1.0 - self.interference * min(carried / slots, 1.0)
         self.rate_curve[k] = capacity / self.dt
-        arrived_work = self.work0[self.arrived_idx[k + 1]]
         before = self._served
-        self._served = min(arrived_work, self._served + capacity)
+        self._served = self._serve_prefill(k, capacity)
         prefilled = float(np.interp(self._served, self.work0, self.count0))
         # the free slot-steps admit requests in order, each taking its first step's share
         used = float(np.interp(self._admitted, self.count0, self.first_step0))
@@ -115,7 +120,6 @@ class Serving:
             self._admitted += admit
         self._occupancy += self.occupancy_delta[k]
         self.steps_done = k + 1
-        self.served_curve[k + 1] = self._served
         self.admitted_curve[k + 1] = self._admitted
         arrived = self.count0[self.arrived_idx[k + 1]]
         queued = max(arrived - prefilled, 0.0)
@@ -128,6 +132,22 @@ class Serving:
             decode_running=max(self._occupancy, 0.0),
             decode_slots=slots,
         )
+
+    def _serve_prefill(self, k: int, capacity: float) -> float:
+        """Prompt tokens served by the end of step k with `capacity` tokens in it: capacity
+        before a cohort arrives is idle, not spent on that cohort."""
+        start = self.capacity_curve[k]
+        end = start + capacity
+        self.capacity_curve[k + 1] = end
+        low, high = self.arrived_idx[k], self.arrived_idx[k + 1]
+        if high > low:
+            # just before each cohort arrives, capacity has run ahead of the work by this
+            since_start = self.workload.arrival_s[low:high] - k * self.dt
+            at_arrival = start + self.rate_curve[k] * since_start
+            ahead = float(np.max(at_arrival - self.work0[low:high]))
+            self._idle_capacity = max(self._idle_capacity, ahead)
+        self._idle_capacity = max(self._idle_capacity, float(end - self.work0[high]))
+        return float(end - self._idle_capacity)
 
     def _book_holds(self, k: int, low: float, high: float) -> None:
         """Book the slot occupancy of requests `low` to `high` (in arrival order), admitted
@@ -153,12 +173,22 @@ class Serving:
         workload = self.workload
         end_step = self.steps_done
         times = self.edges[: end_step + 1]
-        served = self.served_curve[: end_step + 1]
         admitted = self.admitted_curve[: end_step + 1]
         n = workload.requests
         ahead = self.work0[:-1] + workload.prompt_tokens() * (n - 1) / (2 * n)
         own_s = workload.input_tokens / self.prefill_per_gang
-        ahead_done = _invert(served, times, ahead, self.rate_curve[:end_step], side="right")
+        # the work ahead is done when capacity since the cohort's arrival has covered it: C
+        # reaches ahead + sup_{s <= arrival} (C(s) - A(s-)), the reflection at the arrival
+        rates = self.rate_curve[:end_step]
+        arrived = workload.arrival_s < times[-1]
+        arrival_step = (workload.arrival_s[arrived] // self.dt).astype(np.int64)
+        at_arrival = self.capacity_curve[arrival_step] + rates[arrival_step] * (
+            workload.arrival_s[arrived] - times[arrival_step]
+        )
+        idle = np.maximum.accumulate(np.maximum(at_arrival - self.work0[:-1][arrived], 0.0))
+        capacity = self.capacity_curve[: end_step + 1]
+        ahead_done = np.full(n.shape, np.inf)
+        ahead_done[arrived] = _invert(capacity, times, ahead[arrived] + idle, rates, side="right")
         prefill_done = np.maximum(ahead_done, workload.arrival_s) + own_s
         slot_position = self.count0[:-1] + n / 2
         slot_at = _invert(

@@ -68,6 +68,61 @@ def test_no_ready_gang_serves_nothing_and_ttft_counts_the_wait() -> None:
     assert serving.ttft_s() == pytest.approx(3 + 0.1 * np.arange(1, 11))
 
 
+def test_prompts_arriving_late_in_a_step_are_not_served_before_they_arrive() -> None:
+    # 80 prompts of 2,000 tokens arrive at 4.5 s, inside the first 5 s step, on one gang:
+    # the gang idles until then, and request i is done at 4.5 + 0.05 * (i + 1) s. Serving
+    # the step's capacity from its start would finish them all by 5 s (TTFT 0.05 s each).
+    settings = SimSettings(step_s=5.0, tick_s=5.0)
+    n = 80
+    workload = dataclasses.replace(burst(n, prompt_tokens=2_000), arrival_s=np.full(n, 4.5))
+    serving = Serving(workload, settings, n_steps=4)
+    views = [serving.step(k, prefill_gangs=1, decode_gangs=4) for k in range(4)]
+    # by 5 s one gang has served 0.5 s of work: 10 prompts; 70 are still queued
+    assert views[0].prefill_waiting + views[0].prefill_running == pytest.approx(70)
+    assert views[0].prefill_utilization == pytest.approx(0.1)
+    assert serving.ttft_s() == pytest.approx(0.05 * np.arange(1, n + 1))
+
+
+def _fifo_reference(workload: Workload, gangs: list[int], step_s: float) -> np.ndarray:
+    """Request by request: each starts when the one before is done and it has arrived; the
+    queue drains at the ready gangs' rate, step by step, and a prompt's own first token
+    takes one gang's time."""
+    ttft = []
+    free_at = 0.0
+    for arrival, prompt in zip(workload.arrival_s, workload.input_tokens, strict=True):
+        t, left = max(free_at, arrival), prompt
+        start = t
+        while left > 1e-9:
+            k = int(t // step_s)
+            rate = gangs[k] * PREFILL_PER_GANG
+            used = min(left, rate * ((k + 1) * step_s - t))
+            t = (k + 1) * step_s if used < left else t + used / rate
+            left -= used
+        free_at = t
+        ttft.append(start + prompt / PREFILL_PER_GANG - arrival)
+    return np.asarray(ttft)
+
+
+def test_prefill_matches_a_request_by_request_fifo_queue() -> None:
+    rng = np.random.default_rng(7)
+    n, step_s, n_steps = 400, 5.0, 40
+    workload = Workload(
+        name="random",
+        arrival_s=np.sort(rng.uniform(0, 150, n)),
+        requests=np.ones(n),
+        input_tokens=rng.integers(100, 8_000, n).astype(np.float64),
+        output_tokens=np.full(n, 10.0),
+        duration_s=150.0,
+    )
+    # at least one gang in every step: a gang that goes away in the middle of a prompt is
+    # the reference's blind spot (it finishes that prompt anyway)
+    gangs = [int(g) for g in rng.integers(1, 4, n_steps)]
+    serving = Serving(workload, SimSettings(step_s=step_s, tick_s=step_s), n_steps=n_steps)
+    for k in range(n_steps):
+        serving.step(k, prefill_gangs=gangs[k], decode_gangs=8)
+    assert serving.ttft_s() == pytest.approx(_fifo_reference(workload, gangs, step_s))
+
+
 def test_decode_slots_hold_requests_back_until_a_slot_frees() -> None:
     # 512 slots per gang (2 pods x 256). 600 tiny prompts: 512 take the free slots at t=0,
     # the other 88 wait. Each sequence generates 24,000/512 = 46.875 tokens/s, so 469 output
