@@ -63,6 +63,13 @@ class ServingSettings(_Settings):
     max_sequences_per_pod: int = Field(
         default=256, gt=0, description="concurrent decode sequences per pod (vLLM max_num_seqs)"
     )
+    prefill_usage_window_s: float = Field(
+        default=5.0,
+        gt=0,
+        description="window over which a prefill gang's KV usage is read as the share of its "
+        "capacity used (a gauge of the prompts in flight); fixed, so the signal does not "
+        "change with the step size",
+    )
     unified_decode_interference: float = Field(
         default=0.5,
         ge=0,

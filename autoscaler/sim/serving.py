@@ -78,6 +78,8 @@ class Serving:
         self.holding_delta = np.zeros(horizon)
         self.rate_curve = np.zeros(n_steps)  # prefill capacity (tokens/s) during each step
         self.capacity_curve = np.zeros(n_steps + 1)  # cumulative prefill capacity C by each edge
+        self.served_curve = np.zeros(n_steps + 1)  # prompt tokens served by each edge
+        self.usage_steps = max(round(serving.prefill_usage_window_s / self.dt), 1)
         self.admitted_curve = np.zeros(n_steps + 1)  # requests given a decode slot by each edge
         self.admit_now_curve = np.zeros(n_steps)  # admitted at each step's start (free slots)
         self.admit_rate_curve = np.zeros(n_steps)  # slot-limited admissions/s after that
@@ -100,8 +102,8 @@ class Serving:
         if self.unified and slots > 0:
             capacity *= 1.0 - self.interference * min(carried / slots, 1.0)
         self.rate_curve[k] = capacity / self.dt
-        before = self._served
         self._served = self._serve_prefill(k, capacity)
+        self.served_curve[k + 1] = self._served
         prefilled = float(np.interp(self._served, self.work0, self.count0))
         # the free slot-steps admit requests in order, each taking its first step's share
         used = float(np.interp(self._admitted, self.count0, self.first_step0))
@@ -127,11 +129,20 @@ class Serving:
         return ServingView(
             prefill_waiting=queued - running_prefill,
             prefill_running=running_prefill,
-            prefill_utilization=(self._served - before) / capacity if capacity > 0 else 1.0,
+            prefill_utilization=self._prefill_usage(k),
             decode_waiting=max(prefilled - self._admitted, 0.0),
             decode_running=max(self._occupancy, 0.0),
             decode_slots=slots,
         )
+
+    def _prefill_usage(self, k: int) -> float:
+        """Share of the prefill capacity used over the usage window ending with step k (1
+        with no capacity: nothing is served)."""
+        first = max(k + 1 - self.usage_steps, 0)
+        capacity = self.capacity_curve[k + 1] - self.capacity_curve[first]
+        if capacity <= 0:
+            return 1.0
+        return float((self.served_curve[k + 1] - self.served_curve[first]) / capacity)
 
     def _serve_prefill(self, k: int, capacity: float) -> float:
         """Prompt tokens served by the end of step k with `capacity` tokens in it: capacity

@@ -123,6 +123,31 @@ def test_prefill_matches_a_request_by_request_fifo_queue() -> None:
     assert serving.ttft_s() == pytest.approx(_fifo_reference(workload, gangs, step_s))
 
 
+def test_prefill_usage_reads_the_same_whatever_the_step() -> None:
+    # A 100,000-token prompt every 5 s (2.5 s of one gang's work, arriving at 0.5 s past
+    # each 5 s): over the 5 s usage window the gang is half used, read at 1 s steps as at
+    # 5 s steps. Read over single 1 s steps it would swing between 0 and 1, and a policy
+    # ticking at a busy second would see a gang at full load.
+    readings = {}
+    for step_s in (1.0, 5.0):
+        workload = Workload(
+            name="periodic",
+            arrival_s=np.arange(4) * 5.0 + 0.5,
+            requests=np.ones(4),
+            input_tokens=np.full(4, 100_000.0),
+            output_tokens=np.full(4, 10.0),
+            duration_s=20.0,
+        )
+        serving = Serving(workload, SimSettings(step_s=step_s, tick_s=step_s), n_steps=20)
+        views = [
+            serving.step(k, prefill_gangs=1, decode_gangs=1) for k in range(round(20 / step_s))
+        ]
+        per_5s = round(5 / step_s)
+        readings[step_s] = [v.prefill_utilization for v in views][per_5s - 1 :: per_5s]
+    assert readings[1.0] == pytest.approx([0.5] * 4)
+    assert readings[5.0] == pytest.approx([0.5] * 4)
+
+
 def test_decode_slots_hold_requests_back_until_a_slot_frees() -> None:
     # 512 slots per gang (2 pods x 256). 600 tiny prompts: 512 take the free slots at t=0,
     # the other 88 wait. Each sequence generates 24,000/512 = 46.875 tokens/s, so 469 output
