@@ -3,8 +3,9 @@ that actually come. The `oracle` follows it (started one lead time early) and `s
 its peak; neither can be beaten on GPU-hours by a policy that meets the SLO.
 
 Prefill: with aggregate capacity c, FIFO delay stays within a slack s when every window
-starting now satisfies arrivals(window) <= c * (window + s); the slack is the SLO less the
-99th percentile of a request's own prefill time. Windows of 1 to `max_window_s` seconds
+satisfies arrivals(window) <= c * (window + s), with c held from the window's start until
+its work is due (its end plus s); the slack is the SLO less the 99th percentile of a
+request's own prefill time. Windows of 1 to `max_window_s` seconds
 (every second) and up to `long_window_s` (every 30 s) are checked: short ones for bursts,
 long ones for sustained overloads that no short window shows. Decode: enough slots for the
 sequences that would be running (in slot-time, averaged over each step) if every request got
@@ -14,7 +15,10 @@ prefill capacity.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
+from scipy.ndimage import maximum_filter1d
 
 from autoscaler.sim.config import SimSettings
 from autoscaler.sim.serving import book_occupancy, steps_held
@@ -62,7 +66,10 @@ def required_gangs(
     for w in (*short, *long):
         end = np.minimum(np.arange(n_grid) + w, n_grid)
         window = cumulative[end] - cumulative[:n_grid]
-        need_grid = np.maximum(need_grid, window / (w * grid_s + slack_s))
+        # the window's work is served until its end plus the slack: capacity dropped before
+        # then leaves part of it queued past the SLO
+        due = math.ceil((w * grid_s + slack_s) / grid_s)
+        need_grid = np.maximum(need_grid, trailing_max(window / (w * grid_s + slack_s), due))
     per = round(dt / grid_s)
     padded = np.zeros(n_steps * per)
     padded[: min(n_grid, padded.size)] = need_grid[: padded.size]
@@ -91,6 +98,14 @@ def required_gangs(
 
 def _whole(need: np.ndarray) -> np.ndarray:
     return np.maximum(np.ceil(need - 1e-9), 1).astype(np.int64)
+
+
+def trailing_max(series: np.ndarray, steps: int) -> np.ndarray:
+    """max(series[k - steps : k + 1]) for every k (van Herk's O(n) filter from scipy)."""
+    size = steps + 1
+    return np.asarray(
+        maximum_filter1d(series, size=size, origin=(size - 1) // 2, mode="constant", cval=0.0)
+    )
 
 
 def look_ahead_max(series: np.ndarray, steps: int) -> np.ndarray:

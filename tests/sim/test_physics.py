@@ -307,6 +307,31 @@ def test_clairvoyant_requirement_of_a_steady_load(prompt_tokens_per_s: int, gang
     assert set(need["decode"].tolist()) == {1}
 
 
+def test_clairvoyant_requirement_holds_a_burst_until_its_work_is_due() -> None:
+    from autoscaler.sim.requirement import required_gangs
+
+    # 360,000 prompt tokens at 10.5 s in one cohort, nothing else: the 1 s window from 10 s
+    # needs 360,000 / (1 + slack) tokens/s (slack: the SLO of 2 s less the own prefill of
+    # 0.05 s), 4 gangs, and they must serve until that work is due at 12.95 s. A requirement
+    # that fell back at 11 s would leave most of the burst queued past the SLO. Longer
+    # windows from 10 s hold their lower rates longer (2 gangs until 17.95 s for 6 s).
+    workload = Workload(
+        name="burst",
+        arrival_s=np.array([10.5]),
+        requests=np.array([180.0]),
+        input_tokens=np.array([2_000.0]),
+        output_tokens=np.array([1.0]),
+        duration_s=30.0,
+    )
+    need = required_gangs(workload, SimSettings(step_s=1.0, tick_s=1.0), n_steps=30)
+    slack = 2.0 - 2_000 / PREFILL_PER_GANG
+    gangs = math.ceil(360_000 / (1 + slack) / PREFILL_PER_GANG)
+    assert gangs == 4
+    assert need["prefill"][10:14].tolist() == [4] * 4
+    assert need["prefill"][14:20].tolist() == [3, 2, 2, 2, 2, 2]
+    assert need["prefill"][20:].tolist() == [1] * 10
+
+
 class _ScaleUpOnce:
     """One prefill and one decode gang serving at t=0; the first tick asks for a second
     prefill gang, which needs new nodes."""
