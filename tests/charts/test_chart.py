@@ -15,6 +15,7 @@ import yaml
 from pydantic import ValidationError
 
 from autoscaler.adapters.balloons import PRIORITY_CLASS_NAME, priority_class_manifest
+from autoscaler.adapters.prometheus_queries import sglang_queries
 from autoscaler.cli import build_parser
 from autoscaler.service.settings import (
     PrometheusQueries,
@@ -357,6 +358,9 @@ BAD_VALUES = [
         _with("prometheus.queries.waiting", "sum(vllm:num_requests_waiting)"), id="query-drops-pod"
     ),
     pytest.param(
+        _with("prometheus.queries.sampleTime", "max(timestamp(up))"), id="sample-time-drops-pod"
+    ),
+    pytest.param(
         _with("prometheus.queries.extra", "sum by (namespace, pod) (x)"), id="unknown-query"
     ),
     pytest.param(_with("namespaces", "serving"), id="namespaces-not-a-list"),
@@ -467,6 +471,8 @@ def test_chart_defaults_match_the_service_defaults(chart: helm.Chart) -> None:
         "kvCache": defaults.kv_cache,
         "prefillDemand": defaults.prefill_demand,
         "decodeDemand": defaults.decode_demand,
+        "unifiedDemand": "",  # unset: unified components read the prefill demand
+        "sampleTime": defaults.sample_time,
     }
     fields = RunSettings.model_fields
     assert values["httpPort"] == fields["http_port"].default
@@ -541,9 +547,47 @@ def test_non_default_values_reach_the_service(
     assert settings.lease_name == "autoscaler-leader"
     assert settings.lease_duration_s == 20.0
     assert settings.buffer.min_gangs == 1 and settings.buffer.max_gangs == 4
-    assert settings.queries.kv_cache == v["prometheus"]["queries"]["kvCache"]
-    assert settings.queries.decode_demand == v["prometheus"]["queries"]["decodeDemand"]
+    queries = v["prometheus"]["queries"]
+    assert settings.queries == PrometheusQueries(
+        waiting=queries["waiting"],
+        running=queries["running"],
+        kv_cache=queries["kvCache"],
+        prefill_demand=queries["prefillDemand"],
+        decode_demand=queries["decodeDemand"],
+        unified_demand=queries["unifiedDemand"],
+        sample_time=queries["sampleTime"],
+    )
     assert settings.balloon_image == v["balloonImage"]
+
+
+def test_empty_sample_time_turns_the_staleness_check_off(
+    chart: helm.Chart, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _clear_settings_env(monkeypatch)
+    values = _with("prometheus.queries.sampleTime", "")
+    settings = _settings_from_rendered(render_objects(chart, values), tmp_path)
+    assert settings.queries.sample_time is None
+    assert "sample_time" not in settings.queries.instant_queries()
+    assert settings.queries.waiting == values["prometheus"]["queries"]["waiting"]
+
+
+def _documented_sglang_values() -> dict[str, Any]:
+    """The SGLang values docs/operators.md gives under "Other servers"."""
+    section = (REPO / "docs" / "operators.md").read_text().split("**Other servers.**", 1)[1]
+    block = section.split("```yaml\n", 1)[1].split("```", 1)[0]
+    values: dict[str, Any] = yaml.safe_load(block)
+    return values
+
+
+def test_the_documented_sglang_values_give_the_sglang_queries(
+    chart: helm.Chart, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The freshness query too: vLLM's returns nothing for SGLang pods, so left in place it
+    # voids every signal and every component holds.
+    _clear_settings_env(monkeypatch)
+    values = _documented_sglang_values()
+    settings = _settings_from_rendered(render_objects(chart, values), tmp_path)
+    assert settings.queries == sglang_queries()
 
 
 # Values the service refuses at start-up (autoscaler/service/settings.py): the chart must
