@@ -600,6 +600,23 @@ SERVICE_REFUSES = [
     pytest.param(
         "prometheus.timeout", "900us", {"prometheus_timeout": "900us"}, id="timeout-below-1ms"
     ),
+    # units the schema takes, values under 1ms: only the templates can refuse these
+    pytest.param("tick", "0.0001s", {"tick": "0.0001s"}, id="tick-below-1ms-in-seconds"),
+    pytest.param(
+        "prometheus.timeout", "0.5ms", {"prometheus_timeout": "0.5ms"}, id="timeout-half-a-ms"
+    ),
+    pytest.param(
+        "prometheus.stalenessLimit",
+        "0.999ms",
+        {"staleness_limit": "0.999ms"},
+        id="staleness-just-below-1ms",
+    ),
+    pytest.param(
+        "watchStalenessLimit",
+        "0.00001m",
+        {"watch_staleness_limit": "0.00001m"},
+        id="watch-staleness-below-1ms-in-minutes",
+    ),
     pytest.param(
         "prometheus.timeout", "0ms", {"prometheus_timeout": "0ms"}, id="query-timeout-zero"
     ),
@@ -652,6 +669,8 @@ def test_chart_refuses_values_the_service_refuses(
     # schema errors name the JSON pointer (/leaderElection/leaseDuration), template fails
     # the dotted value (buffer.minGangs)
     assert path.replace(".", "/") in message or path in message, message
+    if isinstance(value, str):
+        assert value in message, message
 
 
 @pytest.mark.parametrize(
@@ -663,6 +682,10 @@ def test_chart_refuses_values_the_service_refuses(
         pytest.param("buffer", {"minGangs": 2, "maxGangs": 2}, id="buffer-min-equals-max"),
         pytest.param("tick", "500ms", id="tick-below-a-second"),
         pytest.param("tick", "0m10s", id="tick-with-zero-part"),
+        pytest.param("tick", "1ms", id="tick-at-1ms"),
+        pytest.param("prometheus.timeout", "1ms", id="timeout-at-1ms"),
+        pytest.param("prometheus.stalenessLimit", "0.001s", id="staleness-1ms-in-seconds"),
+        pytest.param("watchStalenessLimit", "1ms", id="watch-staleness-at-1ms"),
     ],
 )
 def test_chart_accepts_boundary_values_the_service_accepts(
