@@ -560,6 +560,33 @@ def test_non_default_values_reach_the_service(
     assert settings.balloon_image == v["balloonImage"]
 
 
+def test_extra_env_gives_way_to_the_settings_the_chart_passes_as_flags(
+    chart: helm.Chart, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As docs/operators.md ("Service settings") says: the container's environment, where
+    # extraEnv puts GANG_AUTOSCALER_* variables, loses to the Deployment's flags.
+    _clear_settings_env(monkeypatch)
+    for name, value in {
+        "PROMETHEUS_URL": "http://elsewhere:9090",
+        "TICK": "5s",
+        "NAMESPACES": "elsewhere",
+        "HTTP_PORT": "9999",
+        "LEASE_NAMESPACE": "elsewhere",
+        "LOG_FORMAT": "text",
+        "LOG_LEVEL": "DEBUG",
+        "STALENESS_LIMIT": "5s",  # not a flag: wins over the config file
+    }.items():
+        monkeypatch.setenv(f"GANG_AUTOSCALER_{name}", value)
+    settings = _settings_from_rendered(render_objects(chart, {"namespaces": ["serving"]}), tmp_path)
+    assert settings.prometheus_url == "http://prometheus-operated.monitoring.svc:9090"
+    assert settings.tick_s == 15.0
+    assert settings.namespaces == ("serving",)
+    assert settings.http_port == 8080
+    assert settings.lease_namespace == NAMESPACE
+    assert (settings.log_format, settings.log_level) == ("json", "INFO")
+    assert settings.staleness_limit_s == 5.0
+
+
 def test_empty_sample_time_turns_the_staleness_check_off(
     chart: helm.Chart, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
