@@ -264,6 +264,13 @@ class PrometheusSource:
             return None  # no staleness check configured
         if sample_time.error is not None:
             return f"sample time unknown: {sample_time.error}"
+        if (namespace, pod) not in sample_time.values:
+            # Named apart from the signal queries' own "no sample": a freshness query that
+            # reads another server's metric (vLLM's on SGLang pods) voids every signal.
+            return (
+                f"freshness query (sample_time) returned no sample for ready leader "
+                f"{namespace}/{pod}"
+            )
         newest_s, reason = _pod_value(sample_time, namespace, pod)
         if newest_s is None or sample_time.eval_time_s is None:
             return reason

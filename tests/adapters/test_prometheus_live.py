@@ -183,8 +183,9 @@ async def test_nan_and_missing_leader_are_none_with_reason(live: Live) -> None:
     assert nan_kv.waiting_requests == 0.0  # measured zero stays zero
     partial = signals[ComponentKey("team-c", "mixtral")]
     assert partial.waiting_requests is None
-    assert (
-        "no sample for ready leader team-c/mixtral-7" in partial.missing_reasons["waiting_requests"]
+    # Pod 7 is in no query's results; the freshness query is read first.
+    assert partial.missing_reasons["waiting_requests"] == (
+        "freshness query (sample_time) returned no sample for ready leader team-c/mixtral-7"
     )
 
 
@@ -221,9 +222,8 @@ async def test_pod_that_stops_answering_scrapes_becomes_none(live: Live) -> None
         source, targets, lambda s: s[DOWN].running_requests is None, timeout_s=10
     )
     # A failed scrape writes staleness markers: the series disappears at once.
-    assert (
-        signals[DOWN].missing_reasons["running_requests"]
-        == "no sample for ready leader team-d/down-0"
+    assert signals[DOWN].missing_reasons["running_requests"] == (
+        "freshness query (sample_time) returned no sample for ready leader team-d/down-0"
     )
     live.exporter.set_serving(namespace="team-d", pod="down-0", serving=True)
 

@@ -117,6 +117,42 @@ def test_stale_leader_makes_every_signal_none() -> None:
     assert "31s old (limit 30s)" in signals.missing_reasons["demand"]
 
 
+@pytest.mark.parametrize(
+    ("sample_time", "reason"),
+    [
+        pytest.param(
+            {"llama-3-70b-1": str(EVAL_S)},
+            "freshness query (sample_time) returned no sample for ready leader ns/llama-3-70b-0",
+            id="leader-missing",
+        ),
+        # vLLM's freshness query on SGLang pods: the signal queries answer, this one does not
+        pytest.param(
+            {},
+            "freshness query (sample_time) returned no sample for ready leader ns/llama-3-70b-0",
+            id="empty-result",
+        ),
+        pytest.param(
+            {"llama-3-70b-0": "NaN", "llama-3-70b-1": str(EVAL_S)},
+            "NaN for ns/llama-3-70b-0",
+            id="nan",
+        ),
+    ],
+)
+def test_leader_without_a_sample_time_makes_every_signal_none_naming_why(
+    sample_time: dict[str, str], reason: str
+) -> None:
+    signals = source().signals_for(
+        target({0, 1}), outcomes(sample_time=parse_vector(vector(sample_time)))
+    )
+    assert signals.missing_reasons == {
+        "waiting_requests": reason,
+        "running_requests": reason,
+        "kv_usage_fraction": reason,
+        "demand": reason,
+    }
+    assert signals.waiting_requests is None and signals.demand is None
+
+
 def test_query_error_makes_that_signal_none() -> None:
     failed = QueryOutcome(error="prometheus http_4xx: bad_data")
     signals = source().signals_for(target({0, 1}), outcomes(kv_cache=failed))

@@ -34,6 +34,8 @@ NON_DEFAULT_VALUES: dict[str, Any] = {
             "kvCache": "max by (namespace, pod) (sglang:token_usage)",
             "prefillDemand": "sum by (namespace, pod) (rate(sglang:prompt_tokens_total[2m]))",
             "decodeDemand": "sum by (namespace, pod) (rate(sglang:generation_tokens_total[2m]))",
+            "unifiedDemand": "sum by (namespace, pod) (rate(sglang:prompt_tokens_total[5m]))",
+            "sampleTime": "max by (namespace, pod) (timestamp(sglang:num_running_reqs))",
         },
     },
     "tick": "30s",

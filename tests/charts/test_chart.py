@@ -15,6 +15,7 @@ import yaml
 from pydantic import ValidationError
 
 from autoscaler.adapters.balloons import PRIORITY_CLASS_NAME, priority_class_manifest
+from autoscaler.adapters.prometheus_queries import sglang_queries
 from autoscaler.cli import build_parser
 from autoscaler.service.settings import (
     PrometheusQueries,
@@ -357,6 +358,9 @@ BAD_VALUES = [
         _with("prometheus.queries.waiting", "sum(vllm:num_requests_waiting)"), id="query-drops-pod"
     ),
     pytest.param(
+        _with("prometheus.queries.sampleTime", "max(timestamp(up))"), id="sample-time-drops-pod"
+    ),
+    pytest.param(
         _with("prometheus.queries.extra", "sum by (namespace, pod) (x)"), id="unknown-query"
     ),
     pytest.param(_with("namespaces", "serving"), id="namespaces-not-a-list"),
@@ -467,6 +471,8 @@ def test_chart_defaults_match_the_service_defaults(chart: helm.Chart) -> None:
         "kvCache": defaults.kv_cache,
         "prefillDemand": defaults.prefill_demand,
         "decodeDemand": defaults.decode_demand,
+        "unifiedDemand": "",  # unset: unified components read the prefill demand
+        "sampleTime": defaults.sample_time,
     }
     fields = RunSettings.model_fields
     assert values["httpPort"] == fields["http_port"].default
@@ -541,9 +547,74 @@ def test_non_default_values_reach_the_service(
     assert settings.lease_name == "autoscaler-leader"
     assert settings.lease_duration_s == 20.0
     assert settings.buffer.min_gangs == 1 and settings.buffer.max_gangs == 4
-    assert settings.queries.kv_cache == v["prometheus"]["queries"]["kvCache"]
-    assert settings.queries.decode_demand == v["prometheus"]["queries"]["decodeDemand"]
+    queries = v["prometheus"]["queries"]
+    assert settings.queries == PrometheusQueries(
+        waiting=queries["waiting"],
+        running=queries["running"],
+        kv_cache=queries["kvCache"],
+        prefill_demand=queries["prefillDemand"],
+        decode_demand=queries["decodeDemand"],
+        unified_demand=queries["unifiedDemand"],
+        sample_time=queries["sampleTime"],
+    )
     assert settings.balloon_image == v["balloonImage"]
+
+
+def test_extra_env_gives_way_to_the_settings_the_chart_passes_as_flags(
+    chart: helm.Chart, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As docs/operators.md ("Service settings") says: the container's environment, where
+    # extraEnv puts GANG_AUTOSCALER_* variables, loses to the Deployment's flags.
+    _clear_settings_env(monkeypatch)
+    for name, value in {
+        "PROMETHEUS_URL": "http://elsewhere:9090",
+        "TICK": "5s",
+        "NAMESPACES": "elsewhere",
+        "HTTP_PORT": "9999",
+        "LEASE_NAMESPACE": "elsewhere",
+        "LOG_FORMAT": "text",
+        "LOG_LEVEL": "DEBUG",
+        "STALENESS_LIMIT": "5s",  # not a flag: wins over the config file
+    }.items():
+        monkeypatch.setenv(f"GANG_AUTOSCALER_{name}", value)
+    settings = _settings_from_rendered(render_objects(chart, {"namespaces": ["serving"]}), tmp_path)
+    assert settings.prometheus_url == "http://prometheus-operated.monitoring.svc:9090"
+    assert settings.tick_s == 15.0
+    assert settings.namespaces == ("serving",)
+    assert settings.http_port == 8080
+    assert settings.lease_namespace == NAMESPACE
+    assert (settings.log_format, settings.log_level) == ("json", "INFO")
+    assert settings.staleness_limit_s == 5.0
+
+
+def test_empty_sample_time_turns_the_staleness_check_off(
+    chart: helm.Chart, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _clear_settings_env(monkeypatch)
+    values = _with("prometheus.queries.sampleTime", "")
+    settings = _settings_from_rendered(render_objects(chart, values), tmp_path)
+    assert settings.queries.sample_time is None
+    assert "sample_time" not in settings.queries.instant_queries()
+    assert settings.queries.waiting == values["prometheus"]["queries"]["waiting"]
+
+
+def _documented_sglang_values() -> dict[str, Any]:
+    """The SGLang values docs/operators.md gives under "Other servers"."""
+    section = (REPO / "docs" / "operators.md").read_text().split("**Other servers.**", 1)[1]
+    block = section.split("```yaml\n", 1)[1].split("```", 1)[0]
+    values: dict[str, Any] = yaml.safe_load(block)
+    return values
+
+
+def test_the_documented_sglang_values_give_the_sglang_queries(
+    chart: helm.Chart, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The freshness query too: vLLM's returns nothing for SGLang pods, so left in place it
+    # voids every signal and every component holds.
+    _clear_settings_env(monkeypatch)
+    values = _documented_sglang_values()
+    settings = _settings_from_rendered(render_objects(chart, values), tmp_path)
+    assert settings.queries == sglang_queries()
 
 
 # Values the service refuses at start-up (autoscaler/service/settings.py): the chart must
@@ -555,6 +626,23 @@ SERVICE_REFUSES = [
     pytest.param("tick", "1ns", {"tick": "1ns"}, id="tick-below-1ms"),
     pytest.param(
         "prometheus.timeout", "900us", {"prometheus_timeout": "900us"}, id="timeout-below-1ms"
+    ),
+    # units the schema takes, values under 1ms: only the templates can refuse these
+    pytest.param("tick", "0.0001s", {"tick": "0.0001s"}, id="tick-below-1ms-in-seconds"),
+    pytest.param(
+        "prometheus.timeout", "0.5ms", {"prometheus_timeout": "0.5ms"}, id="timeout-half-a-ms"
+    ),
+    pytest.param(
+        "prometheus.stalenessLimit",
+        "0.999ms",
+        {"staleness_limit": "0.999ms"},
+        id="staleness-just-below-1ms",
+    ),
+    pytest.param(
+        "watchStalenessLimit",
+        "0.00001m",
+        {"watch_staleness_limit": "0.00001m"},
+        id="watch-staleness-below-1ms-in-minutes",
     ),
     pytest.param(
         "prometheus.timeout", "0ms", {"prometheus_timeout": "0ms"}, id="query-timeout-zero"
@@ -608,6 +696,8 @@ def test_chart_refuses_values_the_service_refuses(
     # schema errors name the JSON pointer (/leaderElection/leaseDuration), template fails
     # the dotted value (buffer.minGangs)
     assert path.replace(".", "/") in message or path in message, message
+    if isinstance(value, str):
+        assert value in message, message
 
 
 @pytest.mark.parametrize(
@@ -619,6 +709,10 @@ def test_chart_refuses_values_the_service_refuses(
         pytest.param("buffer", {"minGangs": 2, "maxGangs": 2}, id="buffer-min-equals-max"),
         pytest.param("tick", "500ms", id="tick-below-a-second"),
         pytest.param("tick", "0m10s", id="tick-with-zero-part"),
+        pytest.param("tick", "1ms", id="tick-at-1ms"),
+        pytest.param("prometheus.timeout", "1ms", id="timeout-at-1ms"),
+        pytest.param("prometheus.stalenessLimit", "0.001s", id="staleness-1ms-in-seconds"),
+        pytest.param("watchStalenessLimit", "1ms", id="watch-staleness-at-1ms"),
     ],
 )
 def test_chart_accepts_boundary_values_the_service_accepts(

@@ -149,6 +149,12 @@ async def test_dry_run_decides_everything_and_writes_nothing(kube: FakeKube, liv
         assert balloon_pods(kube, ns) == []
         status, ready = await running.get("/readyz")
         assert status == 200 and ready["role"] == "dry-run"
+        # It leads nothing, yet reports the per-component gauges as a leader does.
+        assert await running.metric("gang_autoscaler_leader") == 0
+        labels = {"namespace": ns, "deployment": "llama", "component": "decode"}
+        assert await running.metric("gang_autoscaler_current_gangs", **labels) == 2
+        desired = await running.metric("gang_autoscaler_desired_gangs", **labels)
+        assert desired is not None and desired > 2
     finally:
         await running.close()
 
