@@ -74,3 +74,58 @@ async def test_missing_configuration_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "absent"))
     with pytest.raises(KubeConfigError, match="no Kubernetes configuration found"):
         await new_api_client()
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        pytest.param("", "the file is empty", id="empty-file"),
+        pytest.param(
+            "garbage: [\n",
+            "not valid YAML: expected the node content, but found '<stream end>' "
+            "(line 2, column 1)",
+            id="broken-yaml",
+        ),
+        pytest.param(
+            "- a\n- b\n",
+            "not a kubeconfig: the top level is a list, not a mapping",
+            id="not-a-mapping",
+        ),
+        pytest.param(
+            "contexts: 5\ncurrent-context: c\n",
+            "not a valid kubeconfig (TypeError: ",
+            id="wrong-type-inside",
+        ),
+    ],
+)
+async def test_an_unusable_kubeconfig_is_a_one_line_error_naming_the_file(
+    tmp_path, monkeypatch, text, problem
+):
+    path = tmp_path / "config"
+    path.write_text(text)
+    with pytest.raises(KubeConfigError) as raised:
+        await new_api_client(kubeconfig=path)
+    assert str(raised.value).startswith(f"kubeconfig {path}: {problem}")
+    assert "\n" not in str(raised.value)
+    # The same file found through $KUBECONFIG is one of the things tried.
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(path))
+    with pytest.raises(KubeConfigError) as raised:
+        await new_api_client()
+    assert f"{path}: {problem}" in str(raised.value)
+    assert "\n" not in str(raised.value)
+
+
+async def test_of_several_kubeconfig_files_only_the_first_is_read(tmp_path, monkeypatch):
+    empty = tmp_path / "empty"
+    empty.write_text("")
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    async with FakeKube.start() as kube:
+        good = kube.write_kubeconfig(tmp_path / "config")
+        monkeypatch.setenv("KUBECONFIG", f"{good}:{empty}")
+        async with await new_api_client() as api:
+            namespaces = await client.CoreV1Api(api).list_namespace()
+            assert NS in {n.metadata.name for n in namespaces.items}
+        monkeypatch.setenv("KUBECONFIG", f"{empty}:{good}")
+        with pytest.raises(KubeConfigError, match=f"{empty}: the file is empty"):
+            await new_api_client()

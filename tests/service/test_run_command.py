@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -39,3 +42,27 @@ def test_unknown_flag_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> No
         main(["run", "--prometheus-url", "http://p:1", "--tik", "15s"])
     assert exit_info.value.code == 2
     assert "--tik" in capsys.readouterr().err
+
+
+def test_an_unusable_kubeconfig_stops_the_service_with_one_line(tmp_path: Path) -> None:
+    # The real command, as a subprocess: the service sets up the process's logging itself.
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("garbage: [\n")
+    command = [
+        sys.executable,
+        "-c",
+        "import sys; from autoscaler.cli import main; sys.exit(main())",
+        "run",
+        "--prometheus-url=http://127.0.0.1:1",
+        f"--kubeconfig={kubeconfig}",
+    ]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GANG_AUTOSCALER_")}
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].endswith(
+        f"cannot connect to Kubernetes: kubeconfig {kubeconfig}: not valid YAML: expected the "
+        "node content, but found '<stream end>' (line 2, column 1)"
+    )
