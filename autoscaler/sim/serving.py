@@ -88,6 +88,8 @@ class Serving:
         # sup over s <= now of C(s) - A(s-): how far capacity has run ahead of the work, idle
         # time included; served = C(now) - this
         self._idle_capacity = 0.0
+        # that sup at each cohort's arrival, filled as the cohorts arrive; TTFTs invert from it
+        self.idle_at_arrival = np.zeros(workload.arrival_s.size)
         self._admitted = 0.0
         self._occupancy = 0.0  # sequences holding a slot, averaged over the last step
         self._holding = 0.0  # sequences holding a slot at the last step's start
@@ -155,8 +157,9 @@ class Serving:
             # just before each cohort arrives, capacity has run ahead of the work by this
             since_start = self.workload.arrival_s[low:high] - k * self.dt
             at_arrival = start + self.rate_curve[k] * since_start
-            ahead = float(np.max(at_arrival - self.work0[low:high]))
-            self._idle_capacity = max(self._idle_capacity, ahead)
+            ahead = np.maximum.accumulate(at_arrival - self.work0[low:high])
+            self.idle_at_arrival[low:high] = np.maximum(ahead, self._idle_capacity)
+            self._idle_capacity = float(self.idle_at_arrival[high - 1])
         self._idle_capacity = max(self._idle_capacity, float(end - self.work0[high]))
         return float(end - self._idle_capacity)
 
@@ -190,16 +193,15 @@ class Serving:
         own_s = workload.input_tokens / self.prefill_per_gang
         # the work ahead is done when capacity since the cohort's arrival has covered it: C
         # reaches ahead + sup_{s <= arrival} (C(s) - A(s-)), the reflection at the arrival
-        rates = self.rate_curve[:end_step]
-        arrived = workload.arrival_s < times[-1]
-        arrival_step = (workload.arrival_s[arrived] // self.dt).astype(np.int64)
-        at_arrival = self.capacity_curve[arrival_step] + rates[arrival_step] * (
-            workload.arrival_s[arrived] - times[arrival_step]
-        )
-        idle = np.maximum.accumulate(np.maximum(at_arrival - self.work0[:-1][arrived], 0.0))
-        capacity = self.capacity_curve[: end_step + 1]
+        arrived = int(self.arrived_idx[end_step])
         ahead_done = np.full(n.shape, np.inf)
-        ahead_done[arrived] = _invert(capacity, times, ahead[arrived] + idle, rates, side="right")
+        ahead_done[:arrived] = _invert(
+            self.capacity_curve[: end_step + 1],
+            times,
+            ahead[:arrived] + self.idle_at_arrival[:arrived],
+            self.rate_curve[:end_step],
+            side="right",
+        )
         prefill_done = np.maximum(ahead_done, workload.arrival_s) + own_s
         slot_position = self.count0[:-1] + n / 2
         slot_at = _invert(
