@@ -3,6 +3,8 @@
 Precedence, highest first: command-line flags > environment (`GANG_AUTOSCALER_*`) > the YAML
 file named by `--config` > the defaults below. The defaults live here and only here; the Helm
 chart's values mirror them and `tests/charts` checks that every flag the chart passes exists.
+A `GANG_AUTOSCALER_*` variable that names no setting is refused, as an unknown key in the file
+is.
 
 Durations are Go-style strings (`15s`, `1m30s`) everywhere: flags, environment and YAML. They
 are held as `timedelta` so the unit travels with the value; the `*_s` properties give seconds.
@@ -11,10 +13,13 @@ are held as `timedelta` so the unit travels with the value; the `*_s` properties
 from __future__ import annotations
 
 import argparse
+import difflib
+import os
 import re
+from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_origin
 
 import yaml
 from pydantic import (
@@ -27,13 +32,16 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
+    EnvSettingsSource,
     NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     YamlConfigSettingsSource,
 )
+from pydantic_settings import SettingsError as SourceError
 
 from autoscaler.adapters.kube_objects import PAUSE_IMAGE
 from autoscaler.adapters.prometheus_auth import (
@@ -47,6 +55,10 @@ from autoscaler.validation_errors import describe_validation_error
 from forecasting.models import MODELS, PLANNING_MODEL
 
 ENV_PREFIX = "GANG_AUTOSCALER_"
+# Variables with the prefix that are no setting of `run` but are the project's own, so they
+# may share its environment: the traces directory of `simulate` and `backtest`
+# (forecasting.traces.TRACES_ENV; not imported, as that module brings pandas with it).
+OTHER_ENV_VARIABLES = frozenset({"GANG_AUTOSCALER_TRACES"})
 # The shortest leader Lease that leaves whole seconds for the renew deadline and retries.
 MIN_LEASE_DURATION_S = 3
 # The shortest duration setting: timedelta keeps whole microseconds, so 1ns would read as 0s.
@@ -483,6 +495,79 @@ def _check_config_file(path: Path) -> None:
         )
 
 
+def _setting_of(variable: str) -> tuple[str, FieldInfo | None] | None:
+    """The dotted setting a GANG_AUTOSCALER_ variable sets (`queries.running` for
+    GANG_AUTOSCALER_QUERIES__RUNNING) and its field (None for one entry of a mapping, e.g.
+    GANG_AUTOSCALER_PROMETHEUS_HEADERS__X_ORG); None when it names no setting."""
+    parts = variable[len(ENV_PREFIX) :].lower().split("__")
+    model: type[BaseModel] = RunSettings
+    for depth, part in enumerate(parts):
+        info = model.model_fields.get(part)
+        if info is None:
+            return None
+        if depth == len(parts) - 1:
+            return ".".join(parts), info
+        if get_origin(info.annotation) is dict and depth == len(parts) - 2:
+            return ".".join(parts), None  # one entry of a mapping, as pydantic-settings reads
+        if not (isinstance(info.annotation, type) and issubclass(info.annotation, BaseModel)):
+            return None
+        model = info.annotation
+    return None
+
+
+def _known_variables() -> list[str]:
+    names = set(OTHER_ENV_VARIABLES)
+    for name, info in RunSettings.model_fields.items():
+        names.add(ENV_PREFIX + name.upper())
+        if isinstance(info.annotation, type) and issubclass(info.annotation, BaseModel):
+            names.update(
+                f"{ENV_PREFIX}{name.upper()}__{sub.upper()}" for sub in info.annotation.model_fields
+            )
+    return sorted(names)
+
+
+def _unknown_variable(variable: str) -> str:
+    # Compared without the prefix, which every candidate shares: NAMESPACE finds NAMESPACES.
+    known = {name.removeprefix(ENV_PREFIX): name for name in _known_variables()}
+    given = variable.upper().removeprefix(ENV_PREFIX)
+    close = difflib.get_close_matches(given, known, n=1, cutoff=0.8)
+    return "unknown setting" + (f"; did you mean {known[close[0]]}?" if close else "")
+
+
+def _check_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """Refuse GANG_AUTOSCALER_ variables that set nothing, and values that cannot be decoded.
+
+    pydantic-settings looks up only the variables of known settings, so a misspelled one
+    would be ignored without a word (GANG_AUTOSCALER_NAMESPACE, singular like the flag, would
+    leave the service watching every namespace), while an unknown key in the config file is
+    refused. Returns each dotted setting set from the environment and its variable, to name
+    the variable where its value is invalid.
+    """
+    problems: list[str] = []
+    named: dict[str, str] = {}
+    decoder = EnvSettingsSource(RunSettings)
+    for variable in sorted(environ):
+        if not variable.upper().startswith(ENV_PREFIX) or variable.upper() in OTHER_ENV_VARIABLES:
+            continue
+        found = _setting_of(variable)
+        if found is None:
+            problems.append(f"  environment variable {variable}: {_unknown_variable(variable)}")
+            continue
+        setting, info = found
+        named[setting] = f"environment variable {variable}"
+        if info is not None and decoder.field_is_complex(info):
+            try:  # as pydantic-settings will decode it, whose own error names no variable
+                decoder.decode_complex_value(setting, info, environ[variable])
+            except ValueError as err:  # the value itself is never echoed: it may be a secret
+                problems.append(
+                    f"  environment variable {variable}: not valid JSON ({err}); "
+                    "this setting takes a JSON object"
+                )
+    if problems:
+        raise SettingsError("invalid settings:\n" + "\n".join(problems))
+    return named
+
+
 def load_settings(args: argparse.Namespace | None = None) -> RunSettings:
     """Merge flags > environment > config file > defaults into one validated `RunSettings`.
 
@@ -496,6 +581,13 @@ def load_settings(args: argparse.Namespace | None = None) -> RunSettings:
         flags["log_level"] = given["log_level"].upper()
     if config_file is not None:
         _check_config_file(Path(config_file))
+    from_environment = _check_environment(os.environ)
+    # A value a flag overrides is not the environment's; the flag is named by its setting.
+    names = {
+        setting: variable
+        for setting, variable in from_environment.items()
+        if setting.split(".")[0] not in flags
+    }
 
     class _Loaded(RunSettings):
         model_config = SettingsConfigDict(yaml_file=config_file)
@@ -503,7 +595,11 @@ def load_settings(args: argparse.Namespace | None = None) -> RunSettings:
     try:
         loaded = _Loaded(**flags)
     except ValidationError as err:
-        raise SettingsError("invalid settings:\n" + describe_validation_error(err)) from err
+        raise SettingsError(
+            "invalid settings:\n" + describe_validation_error(err, names=names)
+        ) from err
+    except SourceError as err:  # a value pydantic-settings could not decode
+        raise SettingsError(f"cannot read the settings: {err}") from err
     except (OSError, ValueError, yaml.YAMLError) as err:  # unreadable or malformed YAML
         raise SettingsError(f"cannot read config file {config_file}: {err}") from err
     return RunSettings.model_validate(loaded.model_dump())

@@ -11,10 +11,16 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from autoscaler.sim.errors import ConfigError
 from autoscaler.validation_errors import describe_validation_error
+
+# Every step is a row of each time series and one pass of the loop, so a run's memory and
+# time grow with duration / step: 1ms over an hour ran for minutes, 1ns asked for TiBs.
+# A tenth of a second is far finer than anything the simulator models (a 15 s control loop
+# by default, minutes to start a gang).
+MIN_STEP_S = 0.1
 
 
 class _Settings(BaseModel):
@@ -118,7 +124,7 @@ class GangPolicySettings(_Settings):
 
 
 class SimSettings(_Settings):
-    step_s: float = Field(default=5.0, gt=0, description="simulation step")
+    step_s: float = Field(default=5.0, description=f"simulation step, at least {MIN_STEP_S:g} s")
     tick_s: float = Field(default=15.0, gt=0, description="control loop period")
     slo_ttft_s: float = Field(default=2.0, gt=0, description="time-to-first-token objective")
     seed: int = Field(default=0, ge=0, description="seed of arrivals sampled from rate series")
@@ -145,6 +151,16 @@ class SimSettings(_Settings):
     cluster: ClusterSettings = Field(default_factory=ClusterSettings)
     serving: ServingSettings = Field(default_factory=ServingSettings)
     gang: GangPolicySettings = Field(default_factory=GangPolicySettings)
+
+    @field_validator("step_s")
+    @classmethod
+    def _step_long_enough(cls, value: float) -> float:
+        if not value >= MIN_STEP_S:  # also NaN
+            raise ValueError(
+                f"{value:g} s is shorter than {MIN_STEP_S:g} s, the shortest step the "
+                "simulator takes (a run's memory and time grow with the number of steps)"
+            )
+        return value
 
     @model_validator(mode="after")
     def _tick_is_whole_steps(self) -> SimSettings:

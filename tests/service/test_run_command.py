@@ -66,3 +66,16 @@ def test_an_unusable_kubeconfig_stops_the_service_with_one_line(tmp_path: Path) 
         f"cannot connect to Kubernetes: kubeconfig {kubeconfig}: not valid YAML: expected the "
         "node content, but found '<stream end>' (line 2, column 1)"
     )
+
+
+def test_a_misspelled_variable_stops_the_command_before_anything_starts(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Singular like the flag --namespace; ignored, it left the service watching everything.
+    monkeypatch.setenv("GANG_AUTOSCALER_NAMESPACE", "team-a")
+    assert main(["run", "--prometheus-url", "http://p:1"]) == 2
+    assert capsys.readouterr().err == (
+        "gang-autoscaler run: invalid settings:\n"
+        "  environment variable GANG_AUTOSCALER_NAMESPACE: unknown setting; "
+        "did you mean GANG_AUTOSCALER_NAMESPACES?\n"
+    )

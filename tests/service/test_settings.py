@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from autoscaler.service.settings import (
+    OTHER_ENV_VARIABLES,
     PrometheusQueries,
     RunSettings,
     SettingsError,
@@ -298,3 +299,95 @@ def test_bad_prometheus_credentials_are_named(
     with pytest.raises(SettingsError) as raised:
         _load("--prometheus-url", "http://prom:9090", *argv)
     assert message.format(**paths) in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "line"),
+    [
+        pytest.param(
+            "GANG_AUTOSCALER_NAMESPACE",
+            "team-a",
+            "environment variable GANG_AUTOSCALER_NAMESPACE: unknown setting; "
+            "did you mean GANG_AUTOSCALER_NAMESPACES?",
+            id="singular-like-the-flag",
+        ),
+        pytest.param(
+            "GANG_AUTOSCALER_QUERIES_WAITING",
+            "sum(x)",
+            "environment variable GANG_AUTOSCALER_QUERIES_WAITING: unknown setting; "
+            "did you mean GANG_AUTOSCALER_QUERIES__WAITING?",
+            id="one-underscore-for-a-nested-key",
+        ),
+        pytest.param(
+            "gang_autoscaler_dryrun",  # read in any case, as the settings themselves are
+            "true",
+            "environment variable gang_autoscaler_dryrun: unknown setting; "
+            "did you mean GANG_AUTOSCALER_DRY_RUN?",
+            id="lower-case",
+        ),
+        pytest.param(
+            "GANG_AUTOSCALER_TICK__SECONDS",
+            "15",
+            "environment variable GANG_AUTOSCALER_TICK__SECONDS: unknown setting",
+            id="nested-under-a-plain-setting",
+        ),
+        pytest.param(
+            "GANG_AUTOSCALER_PROMETHEUS",
+            "http://p:1",
+            "environment variable GANG_AUTOSCALER_PROMETHEUS: unknown setting; "
+            "did you mean GANG_AUTOSCALER_PROMETHEUS_URL?",
+            id="a-shortened-name",
+        ),
+        pytest.param(
+            "GANG_AUTOSCALER_MAX_REPLICAS",
+            "4",
+            "environment variable GANG_AUTOSCALER_MAX_REPLICAS: unknown setting",
+            id="nothing-close",
+        ),
+    ],
+)
+def test_an_unknown_variable_with_the_prefix_is_refused_by_name(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str, line: str
+) -> None:
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(SettingsError) as raised:
+        _load("--prometheus-url", "http://p:1")
+    assert str(raised.value) == "invalid settings:\n  " + line
+
+
+def test_the_projects_own_variables_are_accepted(monkeypatch: pytest.MonkeyPatch) -> None:
+    from forecasting.traces import TRACES_ENV
+
+    assert TRACES_ENV in OTHER_ENV_VARIABLES  # simulate's and backtest's, not run's
+    monkeypatch.setenv(TRACES_ENV, "/data/traces")
+    monkeypatch.setenv("GANG_AUTOSCALER_BUFFER__MAX_GANGS", "3")
+    monkeypatch.setenv("GANG_AUTOSCALER_PROMETHEUS_HEADERS__X_ORG", "team-a")  # one entry
+    settings = _load("--prometheus-url", "http://p:1")
+    assert settings.buffer.max_gangs == 3
+    assert settings.prometheus_headers == {"x_org": "team-a"}
+
+
+def test_an_undecodable_environment_value_names_the_variable_not_a_config_file(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("GANG_AUTOSCALER_PROMETHEUS_HEADERS", "bad")
+    with pytest.raises(SettingsError) as raised:
+        _load("--prometheus-url", "http://x")
+    assert str(raised.value) == (
+        "invalid settings:\n  environment variable GANG_AUTOSCALER_PROMETHEUS_HEADERS: "
+        "not valid JSON (Expecting value: line 1 column 1 (char 0)); "
+        "this setting takes a JSON object"
+    )
+
+
+def test_an_invalid_environment_value_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GANG_AUTOSCALER_TICK", "15")
+    monkeypatch.setenv("GANG_AUTOSCALER_BUFFER__MIN_GANGS", "many")
+    with pytest.raises(SettingsError) as raised:
+        _load("--prometheus-url", "http://x")
+    message = str(raised.value)
+    assert "  environment variable GANG_AUTOSCALER_TICK: '15' is not a duration" in message
+    assert "  environment variable GANG_AUTOSCALER_BUFFER__MIN_GANGS: Input should be" in message
+    # A flag overrides the variable, whose value is then not used.
+    monkeypatch.delenv("GANG_AUTOSCALER_BUFFER__MIN_GANGS")
+    assert _load("--prometheus-url", "http://x", "--tick", "30s").tick_s == 30.0

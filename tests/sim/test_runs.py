@@ -256,9 +256,31 @@ def test_cli_names_a_bad_gang_setting(tmp_path: Path, capsys: pytest.CaptureFixt
             "clusterx: {}\nstep_s: -1\n",
             [],
             "{path}: invalid simulator configuration:\n"
-            "  step_s: Input should be greater than 0\n"
+            "  step_s: -1 s is shorter than 0.1 s, the shortest step the simulator takes "
+            "(a run's memory and time grow with the number of steps)\n"
             "  clusterx: unknown setting",
             id="every-problem-once-by-its-key",
+        ),
+        pytest.param(
+            None,
+            ["--step", "1ns"],  # 10 minutes of 1ns steps asked numpy for 4.37 TiB
+            "invalid simulator configuration:\n"
+            "  --step: 1e-09 s is shorter than 0.1 s, the shortest step the simulator takes",
+            id="a-nanosecond-step",
+        ),
+        pytest.param(
+            "step_s: 0.000001\n",  # ran for minutes
+            [],
+            "{path}: invalid simulator configuration:\n"
+            "  step_s: 1e-06 s is shorter than 0.1 s, the shortest step the simulator takes",
+            id="a-microsecond-step-in-the-file",
+        ),
+        pytest.param(
+            "step_s: 30\n",
+            [],
+            "{path}: invalid simulator configuration:\n"
+            "  settings: tick_s (15 s) must be a whole multiple of step_s (30 s)",
+            id="step-longer-than-the-tick",
         ),
         pytest.param(
             "",
@@ -293,6 +315,12 @@ def test_cli_says_what_is_wrong_with_the_configuration(
     assert captured.err.startswith("gang-autoscaler simulate: " + expected.format(path=path))
     assert "pydantic" not in captured.err
     assert captured.out == ""
+
+
+def test_the_shortest_step_is_a_tenth_of_a_second() -> None:
+    assert load_settings(step_s=0.1).step_s == 0.1  # 150 steps to the default 15 s tick
+    with pytest.raises(ConfigError, match=r"--step: 0\.099 s is shorter than 0\.1 s"):
+        load_settings(flags={"step_s": "--step"}, step_s=0.099)
 
 
 def test_cli_says_why_a_configuration_cannot_be_read(
