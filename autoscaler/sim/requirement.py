@@ -2,20 +2,25 @@
 that actually come. The `oracle` follows it (started one lead time early) and `static` holds
 its peak; neither can be beaten on GPU-hours by a policy that meets the SLO.
 
-Prefill: with aggregate capacity c, FIFO delay stays within a slack s when every window
-satisfies arrivals(window) <= c * (window + s), with c held from the window's start until
-its work is due (its end plus s); the slack is the SLO less the 99th percentile of a
-request's own prefill time. Windows of 1 to `max_window_s` seconds
-(every second) and up to `long_window_s` (every 30 s) are checked: short ones for bursts,
-long ones for sustained overloads that no short window shows. Decode: enough slots for the
-sequences that would be running (in slot-time, averaged over each step) if every request got
-a slot on arrival. Unified: both on the same gangs, with the decode batch taking its share of
-prefill capacity.
+Prefill: with aggregate capacity c, FIFO delay stays within a slack s when every window of
+arrivals satisfies work(window) <= c * (its span + s), its span being the time from its
+first arrival to its last, with c held from the window's start until its work is due (its
+last arrival plus s); the slack is the SLO less the 99th percentile of a request's own
+prefill time. Windows are checked on a grid: every length up to 10 s on a 0.25 s grid
+(where a bin's width would matter most), longer ones to `max_window_s` on a 1 s grid, and
+up to `long_window_s` every 30 s (sustained overloads that no short window shows). A window
+is taken from its first bin's first arrival to its last bin's last, so arrivals that come
+at one instant (the per-second cohorts of the aggregated traces) are checked exactly.
+
+Decode: enough slots for the sequences that would be running (in slot-time, averaged over
+each step) if every request got a slot on arrival. Unified: both on the same gangs, with the
+decode batch taking its share of prefill capacity.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 import numpy as np
 from scipy.ndimage import maximum_filter1d
@@ -23,6 +28,10 @@ from scipy.ndimage import maximum_filter1d
 from autoscaler.sim.config import SimSettings
 from autoscaler.sim.serving import book_occupancy, steps_held
 from autoscaler.sim.workload import Workload
+
+FINE_GRID_S = 0.25  # grid of the shortest windows, where a bin's width matters most
+FINE_WINDOW_S = 10.0  # windows up to this long sit on the fine grid
+LENGTH_RATIO = 1.02  # longer windows up to `max_window_s`: lengths this far apart
 
 
 def per_step(values: np.ndarray, arrival_s: np.ndarray, *, dt: float, n_steps: int) -> np.ndarray:
@@ -53,27 +62,14 @@ def required_gangs(
     p99_own_s = float(own_s[order][p99_index])
     slack_s = max(settings.slo_ttft_s - p99_own_s, 0.25 * settings.slo_ttft_s)
 
-    # windows on a 1 s grid: bursts shorter than a simulation step still queue
-    grid_s = min(1.0, dt)
-    n_grid = int(np.ceil(n_steps * dt / grid_s))
-    tokens = per_step(workload.prompt_tokens(), workload.arrival_s, dt=grid_s, n_steps=n_grid)
-    cumulative = np.concatenate(([0.0], np.cumsum(tokens)))
-    need_grid = np.zeros(n_grid)
-    short = range(1, max(round(max_window_s / grid_s), 1) + 1)
-    # long windows catch a sustained small overload, which no short window shows but which
-    # grows a queue without bound
-    long = range(short[-1] + 30, max(round(long_window_s / grid_s), short[-1]) + 1, 30)
-    for w in (*short, *long):
-        end = np.minimum(np.arange(n_grid) + w, n_grid)
-        window = cumulative[end] - cumulative[:n_grid]
-        # the window's work is served until its end plus the slack: capacity dropped before
-        # then leaves part of it queued past the SLO
-        due = math.ceil((w * grid_s + slack_s) / grid_s)
-        need_grid = np.maximum(need_grid, trailing_max(window / (w * grid_s + slack_s), due))
-    per = round(dt / grid_s)
-    padded = np.zeros(n_steps * per)
-    padded[: min(n_grid, padded.size)] = need_grid[: padded.size]
-    need_rate = padded.reshape(n_steps, per).max(axis=1)
+    need_rate = _prefill_rate(
+        workload,
+        slack_s=slack_s,
+        dt=dt,
+        n_steps=n_steps,
+        max_window_s=max_window_s,
+        long_window_s=long_window_s,
+    )
 
     # sequences in decode: each holds a slot from its arrival step for output / per-sequence
     # speed, counted in slot-time as the serving model counts it
@@ -94,6 +90,87 @@ def required_gangs(
         "prefill": _whole(need_rate / prefill_per_gang),
         "decode": _whole(running / slots_per_gang),
     }
+
+
+def _prefill_rate(
+    workload: Workload,
+    *,
+    slack_s: float,
+    dt: float,
+    n_steps: int,
+    max_window_s: float,
+    long_window_s: float,
+) -> np.ndarray:
+    """Prompt tokens/s each step must serve so that no window's work waits past the slack.
+
+    A window runs from the first arrival in its first bin to the last arrival in its last
+    bin, so a burst arriving at one instant is held to `work / slack`, not to
+    `work / (bin + slack)`. Windows up to `FINE_WINDOW_S` sit on a `FINE_GRID_S` grid, every
+    length; longer ones on a 1 s grid, lengths `LENGTH_RATIO` apart up to `max_window_s`,
+    then every 30 s up to `long_window_s` (a sustained small overload that no short window
+    shows still grows a queue without bound).
+    """
+    duration_s = n_steps * dt
+    per = math.ceil(dt / FINE_GRID_S - 1e-9)  # fine bins per step: they tile the steps
+    fine = dt / per
+    short = range(1, round(FINE_WINDOW_S / fine) + 1)
+    need = _window_rates(
+        workload, grid_s=fine, duration_s=duration_s, lengths=short, slack_s=slack_s
+    )
+    ratio = max(round(1.0 / fine), 1)  # fine bins per coarse bin, about 1 s
+    coarse = fine * ratio
+    first, top = round(FINE_WINDOW_S / coarse), round(max_window_s / coarse)
+    lengths = [*_geometric(first, top), *range(top + 30, round(long_window_s / coarse) + 1, 30)]
+    if lengths:
+        coarse_need = _window_rates(
+            workload, grid_s=coarse, duration_s=duration_s, lengths=lengths, slack_s=slack_s
+        )
+        need = np.maximum(need, np.repeat(coarse_need, ratio)[: need.size])
+    padded = np.zeros(n_steps * per)
+    padded[: min(need.size, padded.size)] = need[: padded.size]
+    return np.asarray(padded.reshape(n_steps, per).max(axis=1))
+
+
+def _geometric(low: int, high: int) -> list[int]:
+    out, length = [], float(low)
+    while length < high:
+        length *= LENGTH_RATIO
+        out.append(min(math.ceil(length), high))
+    return out
+
+
+def _window_rates(
+    workload: Workload, *, grid_s: float, duration_s: float, lengths: Iterable[int], slack_s: float
+) -> np.ndarray:
+    """Per grid bin: the highest rate any window (of `lengths` bins) holding that bin needs.
+
+    A window's rate is its work over the time from its first to its last arrival plus the
+    slack, held from its first bin until its work is due (its last bin's end plus the
+    slack). Windows starting or ending on an empty bin are covered by the shorter window
+    inside them.
+    """
+    n = max(int(np.ceil(duration_s / grid_s)), 1)
+    arrival = workload.arrival_s
+    bounds = np.searchsorted(arrival, np.arange(n + 1) * grid_s, side="left")
+    occupied = bounds[1:] > bounds[:-1]
+    first = np.where(occupied, arrival[np.minimum(bounds[:-1], arrival.size - 1)], 0.0)
+    last = np.where(occupied, arrival[np.maximum(bounds[1:] - 1, 0)], 0.0)
+    cumulative = np.concatenate(([0.0], np.cumsum(workload.prompt_tokens())))[bounds]
+    need = np.zeros(n)
+    rate = np.zeros(n)
+    for w in lengths:
+        if w > n:
+            break
+        # windows of bins [i, i + w) for every i <= n - w; later ones are shorter windows
+        starts = n - w + 1
+        valid = occupied[:starts] & occupied[w - 1 :]
+        work = cumulative[w:] - cumulative[:starts]
+        span = np.where(valid, last[w - 1 :] - first[:starts], 0.0)
+        rate[:starts] = np.where(valid, work / (span + slack_s), 0.0)
+        rate[starts:] = 0.0
+        due = math.ceil((w * grid_s + slack_s) / grid_s)
+        np.maximum(need, trailing_max(rate, due), out=need)
+    return need
 
 
 def _whole(need: np.ndarray) -> np.ndarray:

@@ -106,10 +106,23 @@ def cluster_quota(requirement: dict[str, np.ndarray], settings: SimSettings) -> 
     return math.ceil(settings.node_quota_factor * pods / cluster.pods_per_node)
 
 
-def with_quota(workload: Workload, settings: SimSettings) -> SimSettings:
-    """The settings with `cluster.max_nodes` resolved for this workload."""
+def requirement_of(workload: Workload, settings: SimSettings) -> dict[str, np.ndarray]:
+    """The clairvoyant gangs per component per step for this workload."""
     n_steps = max(math.ceil(workload.duration_s / settings.step_s), 1)
-    quota = cluster_quota(required_gangs(workload, settings, n_steps=n_steps), settings)
+    return required_gangs(workload, settings, n_steps=n_steps)
+
+
+def with_quota(
+    workload: Workload,
+    settings: SimSettings,
+    *,
+    requirement: dict[str, np.ndarray] | None = None,
+) -> SimSettings:
+    """The settings with `cluster.max_nodes` resolved for this workload (`requirement`:
+    `requirement_of(workload, settings)` when the caller has it already)."""
+    if requirement is None:
+        requirement = requirement_of(workload, settings)
+    quota = cluster_quota(requirement, settings)
     cluster = settings.cluster.model_copy(update={"max_nodes": quota})
     return settings.model_copy(update={"cluster": cluster})
 
@@ -138,10 +151,11 @@ def build_controllers(
     policies: Sequence[str],
     *,
     forecaster_factory: ForecasterFactory | None = None,
+    requirement: dict[str, np.ndarray] | None = None,
 ) -> list[Controller]:
     dt = settings.step_s
-    n_steps = max(math.ceil(workload.duration_s / dt), 1)
-    requirement = required_gangs(workload, settings, n_steps=n_steps)
+    if requirement is None:
+        requirement = requirement_of(workload, settings)
     cluster = settings.cluster
     lead_s = cluster.node_provisioning_s + cluster.gang_startup_s + settings.tick_s
     lead_steps = math.ceil(lead_s / dt)
@@ -193,9 +207,10 @@ def compare(
     scale: float,
     progress: bool | None = None,
 ) -> Comparison:
-    settings = with_quota(workload, settings)
+    requirement = requirement_of(workload, settings)
+    settings = with_quota(workload, settings, requirement=requirement)
     results = {}
-    for controller in build_controllers(workload, settings, policies):
+    for controller in build_controllers(workload, settings, policies, requirement=requirement):
         results[controller.name] = simulate(workload, controller, settings, progress=progress)
     metrics = {name: measure(result) for name, result in results.items()}
     return Comparison(trace=trace, scale=scale, workload=workload, results=results, metrics=metrics)

@@ -310,11 +310,12 @@ def test_clairvoyant_requirement_of_a_steady_load(prompt_tokens_per_s: int, gang
 def test_clairvoyant_requirement_holds_a_burst_until_its_work_is_due() -> None:
     from autoscaler.sim.requirement import required_gangs
 
-    # 360,000 prompt tokens at 10.5 s in one cohort, nothing else: the 1 s window from 10 s
-    # needs 360,000 / (1 + slack) tokens/s (slack: the SLO of 2 s less the own prefill of
-    # 0.05 s), 4 gangs, and they must serve until that work is due at 12.95 s. A requirement
-    # that fell back at 11 s would leave most of the burst queued past the SLO. Longer
-    # windows from 10 s hold their lower rates longer (2 gangs until 17.95 s for 6 s).
+    # 360,000 prompt tokens at 10.5 s in one cohort, nothing else. All of it arrives at one
+    # instant, so the last of it waits 360,000 / capacity and that must stay within the
+    # slack (the SLO of 2 s less the own prefill of 0.05 s): 184,615 tokens/s, 5 gangs, and
+    # they must serve until that work is due at 12.45 s, step 12. A requirement that
+    # granted the burst a second more (360,000 / (1 + slack): 4 gangs) leaves its tail at
+    # 2.3 s; one that fell back at 11 s leaves most of the burst queued past the SLO.
     workload = Workload(
         name="burst",
         arrival_s=np.array([10.5]),
@@ -325,11 +326,49 @@ def test_clairvoyant_requirement_holds_a_burst_until_its_work_is_due() -> None:
     )
     need = required_gangs(workload, SimSettings(step_s=1.0, tick_s=1.0), n_steps=30)
     slack = 2.0 - 2_000 / PREFILL_PER_GANG
-    gangs = math.ceil(360_000 / (1 + slack) / PREFILL_PER_GANG)
-    assert gangs == 4
-    assert need["prefill"][10:14].tolist() == [4] * 4
-    assert need["prefill"][14:20].tolist() == [3, 2, 2, 2, 2, 2]
-    assert need["prefill"][20:].tolist() == [1] * 10
+    gangs = math.ceil(360_000 / slack / PREFILL_PER_GANG)
+    assert gangs == 5
+    assert need["prefill"][:10].tolist() == [1] * 10
+    assert need["prefill"][10:13].tolist() == [5] * 3
+    assert need["prefill"][13:].tolist() == [1] * 17
+
+
+@pytest.mark.parametrize("kind", ["per-second-cohorts", "single-requests"])
+def test_serving_the_clairvoyant_requirement_meets_the_slo(kind: str) -> None:
+    """Prefill gangs exactly as the requirement says, ready at once: every request's first
+    token within the SLO, on bursty traffic both as per-second cohorts and as single
+    requests (the two shapes of the shared traces)."""
+    from autoscaler.sim.requirement import required_gangs
+
+    rng = np.random.default_rng(11)
+    seconds, step_s = 600, 5.0
+    if kind == "per-second-cohorts":
+        # quiet seconds, ordinary ones and rare bursts of 10 to 30 times the usual
+        counts = rng.poisson(20, seconds) * rng.choice([0, 1, 20], seconds, p=[0.3, 0.68, 0.02])
+        arrival = np.arange(seconds) + 0.5
+    else:
+        # bursts of requests within a fraction of a second, between a steady trickle
+        centres = rng.uniform(0, seconds - 1, 12)
+        bursts = [c + rng.uniform(0, 0.3, 300) for c in centres]
+        arrival = np.sort(np.concatenate([rng.uniform(0, seconds, 6_000), *bursts]))
+        counts = np.ones(arrival.size)
+    keep = counts > 0
+    workload = Workload(
+        name=kind,
+        arrival_s=arrival[keep],
+        requests=counts[keep].astype(np.float64),
+        input_tokens=np.full(int(keep.sum()), 1_000.0),
+        output_tokens=np.full(int(keep.sum()), 10.0),
+        duration_s=float(seconds),
+    )
+    settings = SimSettings(step_s=step_s, tick_s=15.0)
+    n_steps = int(seconds / step_s)
+    need = required_gangs(workload, settings, n_steps=n_steps)
+    assert need["prefill"].max() >= 5  # the bursts are what the requirement is sized for
+    serving = Serving(workload, settings, n_steps=n_steps)
+    for k in range(n_steps):
+        serving.step(k, prefill_gangs=int(need["prefill"][k]), decode_gangs=int(need["decode"][k]))
+    assert serving.ttft_s().max() <= settings.slo_ttft_s
 
 
 class _ScaleUpOnce:

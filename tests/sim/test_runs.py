@@ -344,12 +344,12 @@ def test_cli_refuses_a_node_cap_below_the_static_fleet(
     assert main(argv) == 2
     captured = capsys.readouterr()
     assert captured.err.strip() == (
-        "gang-autoscaler simulate: cluster.max_nodes 8 is below the 18 nodes the `static` "
-        "policy holds for this trace's peak (9 gangs of 2 pods, 1 pod(s) per node); raise it, "
+        "gang-autoscaler simulate: cluster.max_nodes 8 is below the 22 nodes the `static` "
+        "policy holds for this trace's peak (11 gangs of 2 pods, 1 pod(s) per node); raise it, "
         "or scale the traffic down with --scale"
     )
     assert captured.out == ""
-    config.write_text("cluster: {max_nodes: 18}\n")
+    config.write_text("cluster: {max_nodes: 22}\n")
     assert main([*argv, "--policy", "static"]) == 0
     assert "| static" in capsys.readouterr().out
 
