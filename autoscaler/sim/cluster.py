@@ -190,6 +190,7 @@ class Cluster:
         return sum(n.free_slots for n in self._ready_nodes(now_s))
 
     def _place_pods(self, gang: Gang, *, now_s: float) -> None:
+        # in LWS pod order, leader first: a gang with any pod placed has its leader placed
         for node in self._ready_nodes(now_s):
             while node.free_slots > 0 and gang.pods_scheduled < gang.pods_expected:
                 node.used_slots += 1
