@@ -4,9 +4,13 @@
 - `oracle`: the clairvoyant requirement, each gang started one lead time before it is needed
   and dropped the moment it is not; a lower bound on GPU-hours for meeting the SLO.
 - `reactive`: the Kubernetes HPA algorithm (`pkg/controller/podautoscaler`) on the same vLLM
-  signals, per component: usage ratio over ready gangs with a 0.1 tolerance, not-yet-ready
-  gangs counted as idle on scale-up, default scale-up limit max(4, 100%) per 15 s, a 300 s
-  scale-down stabilization window, no forecast, no balloons, pods scheduled one by one.
+  signals, per component, as a Pods metric on the LWS scale subresource, whose selector
+  picks one leader pod per gang: usage ratio over the leaders serving metrics with a 0.1
+  tolerance; leaders placed but not serving yet (HPA's missing pods) counted as idle on
+  scale-up and on target on scale-down; leaders still Pending (HPA's unready pods) counted
+  as idle on scale-up and left out on scale-down; default scale-up limit max(4, 100%) per
+  15 s, a 300 s scale-down stabilization window, no forecast, no balloons, pods scheduled
+  one by one.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from autoscaler.core.model import GangState
 from autoscaler.sim.controller import Action, ComponentSnapshot, Snapshot
 
 HPA_TOLERANCE = 0.1
@@ -95,6 +100,12 @@ class ReactiveController:
 
     def _decide_one(self, name: str, comp: ComponentSnapshot, now_s: float) -> int:
         spec, ready = comp.spec_gangs, comp.ready_gangs
+        # The cluster places a gang's pods in LWS order, leader first, so a gang with no pod
+        # placed is exactly one whose leader is Pending; any other gang not ready has its
+        # leader placed and Running (image pulls are not modelled), without vLLM metrics
+        # until the whole gang is up.
+        pending = sum(1 for g in comp.gangs if g.state is GangState.PENDING)
+        missing = len(comp.gangs) - ready - pending
         signals = comp.signals
         proposals: list[int] = []
         if ready > 0:
@@ -104,7 +115,15 @@ class ReactiveController:
             if signals.kv_usage_fraction is not None:
                 metrics.append(signals.kv_usage_fraction / self.target_kv_usage)
             for ratio in metrics:
-                proposals.append(_hpa_replicas(ratio, ready=ready, spec=spec))
+                proposals.append(
+                    _hpa_replicas(
+                        ratio,
+                        ready_gangs=ready,
+                        missing_gangs=missing,
+                        pending_gangs=pending,
+                        spec_gangs=spec,
+                    )
+                )
         if not proposals:
             return spec  # no metrics: HPA leaves the scale alone
         raw = max(proposals)
@@ -123,20 +142,44 @@ class ReactiveController:
         return max(1, min(desired, self.max_gangs[name]))
 
 
-def _hpa_replicas(ratio: float, *, ready: int, spec: int) -> int:
-    """HPA's replica count for one metric (`replica_calculator.go`, plain metric).
+def _hpa_replicas(
+    ratio: float, *, ready_gangs: int, missing_gangs: int, pending_gangs: int, spec_gangs: int
+) -> int:
+    """HPA's replica count for one Pods metric (`replica_calculator.go`: `groupPods`, then
+    `calcPlainMetricReplicas`), one leader pod per gang.
 
-    `ratio` is the average over ready gangs divided by the target. Gangs still starting
-    report no metrics (their leader's vLLM is not up); like HPA's missing pods, they count as
-    idle when scaling up and as exactly on target when scaling down, and if that flips the
-    direction or lands within tolerance the scale stays.
+    `ratio` is the average over the `ready_gangs` leaders that serve metrics, divided by the
+    target. `missing_gangs` have their leader placed but report nothing yet (vLLM loading or
+    waiting for its workers): HPA's missing pods, filled in as exactly on target when the
+    ratio says scale down and as idle when it says scale up. `pending_gangs` have their
+    leader Pending: HPA's unready pods, filled in as idle on a scale-up and otherwise simply
+    left out, so a scale-down is computed over the placed leaders only. If filling in lands
+    within tolerance or flips the direction, the scale stays at `spec_gangs`; otherwise the
+    count is taken over the leaders that got a value, not over the spec.
     """
-    if abs(ratio - 1.0) <= HPA_TOLERANCE:
-        return spec
-    missing = max(spec - ready, 0)
-    if missing == 0:
-        return math.ceil(ratio * ready)
-    adjusted = ratio * ready / spec if ratio > 1.0 else (ratio * ready + missing) / spec
-    if abs(adjusted - 1.0) <= HPA_TOLERANCE or (adjusted > 1.0) != (ratio > 1.0):
-        return spec
-    return math.ceil(adjusted * spec)
+    scale_up_with_pending = pending_gangs > 0 and ratio > 1.0
+    if not scale_up_with_pending and missing_gangs == 0:
+        if abs(ratio - 1.0) <= HPA_TOLERANCE:
+            return spec_gangs
+        return math.ceil(ratio * ready_gangs)
+    # what HPA averages the second time: the per-leader ratios summed, over `counted` leaders
+    total, counted = ratio * ready_gangs, ready_gangs
+    if ratio < 1.0:
+        total, counted = total + missing_gangs, counted + missing_gangs
+    elif ratio > 1.0:
+        counted += missing_gangs
+    if scale_up_with_pending:
+        counted += pending_gangs
+    new_ratio = total / counted
+    if (
+        abs(new_ratio - 1.0) <= HPA_TOLERANCE
+        or (ratio < 1.0 < new_ratio)
+        or (new_ratio < 1.0 < ratio)
+    ):
+        return spec_gangs
+    proposal = math.ceil(new_ratio * counted)
+    # HPA's guard for more pods listed than the spec (a rollout); the simulated LWS lists
+    # exactly its spec's gangs, so it holds nothing here
+    if (new_ratio < 1.0 and proposal > spec_gangs) or (new_ratio > 1.0 and proposal < spec_gangs):
+        return spec_gangs
+    return proposal

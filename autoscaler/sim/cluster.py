@@ -9,9 +9,10 @@ which is exact for the uniform GPU pods of one model. Two schedulers place real 
   placed as soon as a slot is free, so a gang can sit partially placed, holding GPUs and
   serving nothing.
 
-Pending pods make a cluster-autoscaler add nodes (after `node_provisioning_s`), up to
-`max_nodes`; a node left empty for `node_idle_timeout_s` is removed. Balloon pods keep a
-node busy, as their priority is above the cluster-autoscaler's expendable cutoff.
+Pending pods make a cluster-autoscaler add nodes (after `node_provisioning_s`) for the pods
+that the free slots of the nodes already there or coming up cannot hold, up to `max_nodes`;
+a node left empty for `node_idle_timeout_s` is removed. Balloon pods keep a node busy, as
+their priority is above the cluster-autoscaler's expendable cutoff.
 """
 
 from __future__ import annotations
@@ -189,6 +190,7 @@ class Cluster:
         return sum(n.free_slots for n in self._ready_nodes(now_s))
 
     def _place_pods(self, gang: Gang, *, now_s: float) -> None:
+        # in LWS pod order, leader first: a gang with any pod placed has its leader placed
         for node in self._ready_nodes(now_s):
             while node.free_slots > 0 and gang.pods_scheduled < gang.pods_expected:
                 node.used_slots += 1
@@ -209,8 +211,12 @@ class Cluster:
             for group in (*self.real.values(), *self.balloons.values())
             for g in group
         )
-        coming = sum(n.free_slots for n in self.nodes.values() if not n.is_ready(now_s))
-        short = pending_pods - coming
+        # Like the cluster-autoscaler, which first simulates the pending pods onto the nodes
+        # there are (ready or coming up) and asks nodes only for the pods left over: a free
+        # slot counts even when a gang scheduler leaves it empty because the gang does not
+        # fit whole yet, since the gang takes it once the new nodes are up.
+        free = sum(n.free_slots for n in self.nodes.values())
+        short = pending_pods - free
         if short > 0:
             wanted = math.ceil(short / settings.pods_per_node)
             if settings.max_nodes is not None:

@@ -267,6 +267,25 @@ def test_a_balloon_gang_is_never_placed_partly() -> None:
     assert all(b.pods_scheduled == 0 for b in cluster.balloons["prefill"])
 
 
+def test_the_cluster_grows_only_by_what_free_slots_cannot_hold() -> None:
+    # 3 pods per gang, 2 pods per node: the first gang fills 3 of 4 slots on 2 nodes. A second
+    # gang waits (gang scheduling: 3 pods, 1 free slot); 1 pod fits the free slot, so the
+    # cluster-autoscaler adds ceil((3 - 1) / 2) = 1 node, not ceil(3 / 2) = 2.
+    cluster = _cluster(
+        gpus_per_pod=4, pods_per_gang=3, node_provisioning_s=300.0, gang_startup_s=0.0
+    )
+    cluster.add_components("prefill")
+    cluster.start_ready("prefill", 1, now_s=0.0)
+    assert len(cluster.nodes) == 2
+    cluster.set_replicas("prefill", 2, now_s=0.0)
+    cluster.step(0.0)
+    assert cluster.real["prefill"][1].pods_scheduled == 0
+    assert len(cluster.nodes) == 3
+    cluster.step(300.0)  # the new node is up: 1 + 2 free slots take the whole gang
+    assert cluster.ready_gangs("prefill", 300.0) == 2
+    assert sum(n.free_slots for n in cluster.nodes.values()) == 0
+
+
 def test_an_empty_node_goes_after_the_idle_timeout() -> None:
     cluster = _cluster(node_provisioning_s=0.0, node_idle_timeout_s=600.0)
     cluster.add_components("decode")

@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 from autoscaler.cli import main
-from autoscaler.sim.baselines import _hpa_replicas
 from autoscaler.sim.config import load_settings
 from autoscaler.sim.errors import ConfigError, TraceError
 from autoscaler.sim.gang_policy import GangController
@@ -111,22 +110,6 @@ def test_a_bad_config_is_refused(tmp_path: Path) -> None:
         load_settings(config)
     config.write_text("serving:\n  prefill_tokens_per_s_per_pod: 5000\n")
     assert load_settings(config).serving.prefill_tokens_per_s_per_pod == 5000
-
-
-@pytest.mark.parametrize(
-    ("ratio", "ready", "spec", "expected"),
-    [
-        pytest.param(1.05, 4, 4, 4, id="within-tolerance-holds"),
-        pytest.param(2.0, 4, 4, 8, id="double-load-doubles"),
-        pytest.param(0.5, 4, 4, 2, id="half-load-halves"),
-        pytest.param(2.0, 2, 4, 4, id="starting-gangs-count-idle-on-scale-up"),
-        pytest.param(3.0, 2, 4, 6, id="starting-gangs-idle-still-scales-up"),
-        # (0.5*2 + 2 on target) / 4 = 0.75 -> ceil(0.75 * 4) = 3, not ceil(0.5 * 2) = 1
-        pytest.param(0.5, 2, 4, 3, id="starting-gangs-on-target-damp-scale-down"),
-    ],
-)
-def test_hpa_replica_calculation(ratio: float, ready: int, spec: int, expected: int) -> None:
-    assert _hpa_replicas(ratio, ready=ready, spec=spec) == expected
 
 
 def test_gang_policy_drives_the_real_core() -> None:
