@@ -18,12 +18,10 @@ from autoscaler.commands.output_paths import EXIT_BAD_INPUT, cannot_write, ensur
 from forecasting.backtest import BacktestReport, run_backtest
 from forecasting.errors import ForecastingError
 from forecasting.grid import DEFAULT_STEP_S
-from forecasting.models import MODELS, PLANNING_MODEL
+from forecasting.models import MODELS
 from forecasting.traces import default_traces_dir, load_trace
 
 DEFAULT_TRACE = "servegen_m-small"
-# the model the autoscaler orders capacity from, biased upwards on purpose
-MARKERS = {PLANNING_MODEL: " (plans capacity)"}
 
 
 def add_parser(subparsers: Any) -> None:
@@ -121,7 +119,8 @@ def format_table(report: BacktestReport) -> str:
         f"{'coverage':>10}{'fit s':>8}{'fallback':>10}",
     ]
     for name, score in report.models.items():
-        marker = MARKERS.get(name, "") if name != report.default_model else " (default)"
+        # the forecaster the service orders capacity from by default, biased upwards on purpose
+        marker = " (default, plans capacity)" if name == report.default_model else ""
         lines.append(
             f"{name:<{width}}{_f(score.mase, 3):>8}{_f(score.smape, 2):>8}"
             f"{_f(score.ratio_vs_persistence, 3):>9}{_f(score.ratio_vs_seasonal_naive, 3):>10}"

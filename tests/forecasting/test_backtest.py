@@ -10,16 +10,20 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 
 from autoscaler import cli
 from autoscaler.commands import backtest as backtest_command
+from autoscaler.service.settings import RunSettings
 from forecasting.backtest import _smape, run_backtest
 from forecasting.errors import InsufficientHistory, TraceFormatError
+from forecasting.models import MOST_ACCURATE_MODEL
 from forecasting.series import Series
 from forecasting.traces import SHARED_TRACES, load_trace, resolve_trace
 from tests.forecasting.traces import DAY_WINDOWS, STEP_S, servegen_cut
 from tests.harness.shared_data import shared_data_path
 
+CHART_VALUES = Path(__file__).resolve().parents[2] / "charts" / "gang-autoscaler" / "values.yaml"
 CONTRACT_MODEL_KEYS = {
     "mase",
     "smape",
@@ -63,19 +67,27 @@ def test_backtest_scores_every_model_on_the_same_origins(small_report) -> None:
         assert score.mase > 0 and score.fit_seconds_median >= 0
 
 
-def test_default_model_beats_seasonal_naive_on_the_small_cut(small_report) -> None:
+def test_most_accurate_model_beats_seasonal_naive_on_the_small_cut(small_report) -> None:
     # A weak check on a one-day evaluation; the acceptance figures come from the full
     # benchmark (benchmarks/forecast.py, docs/forecasting.md).
-    default = small_report.models[small_report.default_model]
-    assert default.fallback_share == 0
-    assert default.ratio_vs_seasonal_naive < 1
+    best = small_report.models[MOST_ACCURATE_MODEL]
+    assert best.fallback_share == 0
+    assert best.ratio_vs_seasonal_naive < 1
+
+
+def test_the_default_model_is_the_one_the_service_plans_from(small_report) -> None:
+    # `default_model` names what an operator gets without choosing: the service's
+    # --forecast-model default, which the Helm chart's forecastModel repeats.
+    chart_values = yaml.safe_load(CHART_VALUES.read_text())
+    service_default = RunSettings.model_fields["forecast_model"].default
+    assert small_report.default_model == service_default == chart_values["forecastModel"]
+    assert small_report.contract_json()["default_model"] == "seasonal_envelope"
 
 
 def test_contract_json_has_exactly_the_design_keys(small_report) -> None:
     document = small_report.contract_json()
     assert set(document) == {"trace", "horizon_s", "default_model", "models"}
     assert document["horizon_s"] == 1800
-    assert document["default_model"] == "state_space"
     for scores in document["models"].values():
         assert set(scores) == CONTRACT_MODEL_KEYS
 
@@ -189,8 +201,8 @@ def test_command_scores_the_raw_azure_trace_at_a_short_step(capsys) -> None:
     # One hour holds no daily cycle: the seasonal models say so by falling back every time.
     assert "windows of 60 s" in out
     rows = {line.split()[0]: line.split() for line in out.splitlines()[2:]}
-    assert rows["state_space"][-2] == "1.000" and rows["state_space"][-1] == "(default)"
-    assert rows["seasonal_envelope"][-3] == "1.000"  # ... (plans capacity)
+    assert rows["state_space"][-1] == "1.000"
+    assert rows["seasonal_envelope"][-4:] == ["1.000", "(default,", "plans", "capacity)"]
 
 
 def test_command_reports_the_horizon_it_rounded_up_to(tmp_path: Path, capsys) -> None:
