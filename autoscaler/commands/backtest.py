@@ -15,11 +15,13 @@ from typing import Any
 
 from autoscaler.commands.arg_types import positive_duration_s
 from autoscaler.commands.output_paths import EXIT_BAD_INPUT, cannot_write, ensure_writable_file
+from autoscaler.commands.trace_args import add_trace_arguments, trace_path
+from autoscaler.sim.errors import SimulationError
 from forecasting.backtest import BacktestReport, run_backtest
 from forecasting.errors import ForecastingError
 from forecasting.grid import DEFAULT_STEP_S
 from forecasting.models import MODELS
-from forecasting.traces import default_traces_dir, load_trace
+from forecasting.traces import read_trace
 
 DEFAULT_TRACE = "servegen_m-small"
 
@@ -32,14 +34,7 @@ def add_parser(subparsers: Any) -> None:
         "sMAPE, MAE ratios against persistence and seasonal-naive, upper-bound coverage "
         "and median fit time per model.",
     )
-    parser.add_argument(
-        "--trace",
-        default=DEFAULT_TRACE,
-        metavar="NAME|PATH",
-        help=f"a trace file, or the name of a shared trace in {default_traces_dir()}, as "
-        "simulate takes it or by its file's short name (e.g. servegen-m-small or "
-        f"servegen_m-small, azure-conv or AzureLLMInferenceTrace_conv); default {DEFAULT_TRACE}",
-    )
+    add_trace_arguments(parser, default=DEFAULT_TRACE)
     parser.add_argument(
         "--horizon",
         type=positive_duration_s,
@@ -81,11 +76,18 @@ def _backtest(args: argparse.Namespace) -> int:
         except OSError as err:
             return cannot_write("backtest", args.json, err)
     try:
-        trace = load_trace(args.trace)
+        path = trace_path(args)
+    except SimulationError as err:
+        print(f"gang-autoscaler backtest: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
+        trace = read_trace(path)
+        # a trace named is reported by that name (as simulate does), a file by its short name
+        name = trace.name if path == Path(args.trace) else args.trace
         step_s = args.step or max(DEFAULT_STEP_S, trace.native_step_s)
         report = run_backtest(
             trace.series,
-            trace=trace.name,
+            trace=name,
             horizon_s=args.horizon,
             step_s=step_s,
             quantile=args.quantile,

@@ -14,12 +14,14 @@ import yaml
 
 from autoscaler import cli
 from autoscaler.commands import backtest as backtest_command
+from autoscaler.commands.trace_args import trace_path
 from autoscaler.service.settings import RunSettings
+from autoscaler.sim.workload import BUILTIN_PATH
 from forecasting.backtest import _smape, run_backtest
 from forecasting.errors import InsufficientHistory, TraceFormatError
 from forecasting.models import MOST_ACCURATE_MODEL
 from forecasting.series import Series
-from forecasting.traces import SHARED_TRACES, load_trace, resolve_trace
+from forecasting.traces import SHARED_TRACES, load_trace, read_trace, resolve_trace
 from tests.forecasting.traces import DAY_WINDOWS, STEP_S, servegen_cut
 from tests.harness.shared_data import shared_data_path
 
@@ -282,3 +284,60 @@ def test_command_lists_the_trace_names_it_takes(capsys) -> None:
 def test_command_rejects_a_horizon_without_unit() -> None:
     with pytest.raises(SystemExit):
         run_command("--horizon", "30")
+
+
+def test_command_backtests_the_builtin_trace_simulate_replays(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "report.json"
+    argv = ("--trace", "builtin", "--horizon", "2m", "--step", "1m", "--model", "state_space")
+    assert run_command(*argv, "--json", str(out)) == 0
+    assert json.loads(out.read_text())["trace"] == "builtin"
+    assert "trace builtin: horizon 120 s, windows of 60 s" in capsys.readouterr().out
+
+
+def test_the_builtin_trace_reads_as_the_shared_file_it_was_made_from() -> None:
+    # gzip-compressed, with attribution lines before the header: the same rows all the same
+    builtin = read_trace(BUILTIN_PATH)
+    shared = load_trace("azure-conv-1s", traces_dir=shared_data_path("traces"))
+    assert builtin.native_step_s == shared.native_step_s == 1.0
+    np.testing.assert_array_equal(builtin.series.timestamps_s, shared.series.timestamps_s)
+    np.testing.assert_array_equal(builtin.series.values, shared.series.values)
+
+
+def test_command_reads_named_traces_from_traces_dir(tmp_path: Path, capsys) -> None:
+    # Days 0-3 of m-small under its own file name in another directory: the name resolves
+    # there, not in the shared directory, whose file holds 14 days.
+    frame = pd.read_csv(shared_data_path("traces", "servegen_m-small_600s.csv")).iloc[:576]
+    frame.to_csv(tmp_path / "servegen_m-small_600s.csv", index=False)
+    argv = ("--trace", "servegen-m-small", "--traces-dir", str(tmp_path))
+    assert run_command(*argv, "--model", "persistence") == 0
+    assert "trace servegen-m-small: horizon 1800 s, windows of 600 s, 288 training windows" in (
+        capsys.readouterr().out
+    )
+
+
+def _option_help(command: str, dest: str) -> str:
+    parser = cli.build_parser()
+    (commands,) = (a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    (action,) = (a for a in commands.choices[command]._actions if a.dest == dest)
+    # the same words but for the default each command has
+    return str(action.help).replace(f"default: {action.default}", "default: DEFAULT")
+
+
+@pytest.mark.parametrize("dest", ["trace", "traces_dir"])
+def test_backtest_and_simulate_describe_their_trace_options_alike(dest: str) -> None:
+    assert _option_help("backtest", dest) == _option_help("simulate", dest)
+    assert "builtin" in _option_help("backtest", "trace")
+
+
+@pytest.mark.parametrize("name", ["builtin", *sorted(SHARED_TRACES), "servegen_m-small"])
+def test_backtest_takes_every_trace_name_simulate_takes(name: str) -> None:
+    parser = cli.build_parser()
+    traces_dir = str(shared_data_path("traces"))
+    paths = {
+        command: trace_path(
+            parser.parse_args([command, "--trace", name, "--traces-dir", traces_dir])
+        )
+        for command in ("simulate", "backtest")
+    }
+    assert paths["backtest"] == paths["simulate"]
+    assert read_trace(paths["backtest"]).series.values.size > 0
