@@ -557,12 +557,19 @@ def _check_environment(environ: Mapping[str, str]) -> dict[str, str]:
         named[setting] = f"environment variable {variable}"
         if info is not None and decoder.field_is_complex(info):
             try:  # as pydantic-settings will decode it, whose own error names no variable
-                decoder.decode_complex_value(setting, info, environ[variable])
+                decoded = decoder.decode_complex_value(setting, info, environ[variable])
             except ValueError as err:  # the value itself is never echoed: it may be a secret
                 problems.append(
                     f"  environment variable {variable}: not valid JSON ({err}); "
                     "this setting takes a JSON object"
                 )
+                continue
+            if isinstance(decoded, dict):
+                # A problem with one key of the object (`queries.waitng`) names the variable
+                # and the key as written; keys are matched in any case, as the settings are.
+                for key in decoded:
+                    where = f"environment variable {variable}, key {key}"
+                    named[f"{setting}.{key}"] = named[f"{setting}.{str(key).lower()}"] = where
     if problems:
         raise SettingsError("invalid settings:\n" + "\n".join(problems))
     return named

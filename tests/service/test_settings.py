@@ -380,6 +380,55 @@ def test_an_undecodable_environment_value_names_the_variable_not_a_config_file(
     )
 
 
+@pytest.mark.parametrize(
+    ("variable", "value", "line"),
+    [
+        pytest.param(
+            "GANG_AUTOSCALER_QUERIES",
+            '{"waitng": "sum by (namespace, pod) (vllm:num_requests_waiting)"}',
+            "environment variable GANG_AUTOSCALER_QUERIES, key waitng: unknown setting",
+            id="unknown-query-name",
+        ),
+        pytest.param(
+            "GANG_AUTOSCALER_QUERIES",
+            '{"WAITING": "sum(vllm:num_requests_waiting)"}',
+            "environment variable GANG_AUTOSCALER_QUERIES, key WAITING: must keep the "
+            "`namespace` and `pod` labels, e.g. sum by (namespace, pod)",
+            id="bad-query-named-as-written",
+        ),
+        pytest.param(
+            "GANG_AUTOSCALER_BUFFER",
+            '{"max_gangs": -1}',
+            "environment variable GANG_AUTOSCALER_BUFFER, key max_gangs: "
+            "Input should be greater than or equal to 0",
+            id="bad-buffer-bound",
+        ),
+    ],
+)
+def test_a_bad_key_in_a_json_environment_value_names_the_variable_and_the_key(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str, line: str
+) -> None:
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(SettingsError) as raised:
+        _load("--prometheus-url", "http://p:1")
+    assert str(raised.value) == "invalid settings:\n  " + line
+
+
+def test_a_bad_key_in_the_file_is_not_blamed_on_a_json_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Both set `queries`; only the key the variable gave is named by the variable.
+    monkeypatch.setenv("GANG_AUTOSCALER_QUERIES", '{"running": "sum(x)"}')
+    config = _write(tmp_path, "queries:\n  waitng: sum by (namespace, pod) (x)\n")
+    with pytest.raises(SettingsError) as raised:
+        _load("--config", config, "--prometheus-url", "http://p:1")
+    assert str(raised.value).splitlines()[1:] == [
+        "  environment variable GANG_AUTOSCALER_QUERIES, key running: must keep the "
+        "`namespace` and `pod` labels, e.g. sum by (namespace, pod)",
+        "  queries.waitng: unknown setting",
+    ]
+
+
 def test_an_invalid_environment_value_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GANG_AUTOSCALER_TICK", "15")
     monkeypatch.setenv("GANG_AUTOSCALER_BUFFER__MIN_GANGS", "many")
