@@ -239,6 +239,40 @@ def test_prometheus_credentials_come_from_flags_environment_and_file(
     assert "from-flag" not in repr(flagged)  # header values may be credentials
 
 
+def test_a_header_in_the_environment_beats_the_file_whatever_the_case(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The chart writes X-Scope-OrgID into the config file; pydantic-settings reads the
+    # variable's name in lower case. One header must remain, with the environment's value.
+    config = _write(
+        tmp_path,
+        "prometheus_headers:\n  X-Scope-OrgID: from-file\n  X-Extra: kept\n",
+    )
+    monkeypatch.setenv("GANG_AUTOSCALER_PROMETHEUS_HEADERS__X-Scope-OrgID", "from-env")
+    settings = _load("--config", config, "--prometheus-url", "http://p:1")
+    assert settings.prometheus_headers == {"x-scope-orgid": "from-env", "X-Extra": "kept"}
+    monkeypatch.delenv("GANG_AUTOSCALER_PROMETHEUS_HEADERS__X-Scope-OrgID")
+    monkeypatch.setenv("GANG_AUTOSCALER_PROMETHEUS_HEADERS", '{"X-SCOPE-ORGID": "from-json"}')
+    settings = _load("--config", config, "--prometheus-url", "http://p:1")
+    assert settings.prometheus_headers == {"X-SCOPE-ORGID": "from-json", "X-Extra": "kept"}
+
+
+def test_one_header_named_twice_in_one_source_is_refused() -> None:
+    with pytest.raises(SettingsError) as raised:
+        _load(
+            "--prometheus-url",
+            "http://p:1",
+            "--prometheus-header",
+            "X-Scope-OrgID=a",
+            "--prometheus-header",
+            "x-scope-orgid=b",
+        )
+    assert str(raised.value) == (
+        "invalid settings:\n  prometheus_headers: one header named twice: "
+        "X-Scope-OrgID and x-scope-orgid"
+    )
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
