@@ -8,13 +8,13 @@ See docs/forecasting.md.
 
 from forecasting.errors import ForecastingError
 from forecasting.fitter import BackgroundFitter
-from forecasting.models import DEFAULT_MODEL, MODELS, PLANNING_MODEL, make_forecaster
+from forecasting.models import MODELS, MOST_ACCURATE_MODEL, PLANNING_MODEL, make_forecaster
 from forecasting.protocol import Forecaster, ForecastResult
 from forecasting.series import Series
 
 __all__ = [
-    "DEFAULT_MODEL",
     "MODELS",
+    "MOST_ACCURATE_MODEL",
     "PLANNING_MODEL",
     "BackgroundFitter",
     "ForecastResult",

@@ -27,7 +27,7 @@ import numpy.typing as npt
 from forecasting.baselines import Persistence, SeasonalNaive
 from forecasting.errors import InsufficientHistory
 from forecasting.grid import DAY_S, DEFAULT_QUANTILE, DEFAULT_STEP_S
-from forecasting.models import DEFAULT_MODEL, MODELS, make_forecaster
+from forecasting.models import MODELS, PLANNING_MODEL, make_forecaster
 from forecasting.series import FloatArray, Series, resample
 
 DEFAULT_TRAIN_S = 7 * DAY_S
@@ -162,7 +162,7 @@ def run_backtest(
         horizon_s=float(horizon_s),
         step_s=float(step_s),
         quantile=quantile,
-        default_model=DEFAULT_MODEL,
+        default_model=PLANNING_MODEL,
         train_windows=train,
         scored_origins=int(scored.sum()),
         models=scores,

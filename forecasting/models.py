@@ -1,11 +1,12 @@
-"""The forecasters by name, the most accurate one, and the one the autoscaler plans with.
+"""The forecasters by name, the default one the autoscaler plans with, and the most accurate.
 
-`DEFAULT_MODEL`, the state-space model, is the most accurate: it beat both baselines and
-Holt-Winters at 10, 30 and 60 minutes on the two multi-day shared traces (see
-docs/forecasting.md for the figures). `PLANNING_MODEL`, what the service and the simulator
-order capacity from unless told otherwise, is the same model raised to a seasonal envelope
-of the last days: less accurate on purpose, it has capacity ready for daily steps that land
-a few minutes apart from day to day (docs/results.md).
+`PLANNING_MODEL` is the default: what the service (`--forecast-model`), the simulator and
+`backtest` (its report's `default_model`) use unless told otherwise, so that a backtest
+scores the forecaster capacity is really ordered from. It is the state-space model raised to
+a seasonal envelope of the last days: less accurate on purpose, it has capacity ready for
+daily steps that land a few minutes apart from day to day (docs/results.md).
+`MOST_ACCURATE_MODEL`, the plain state-space model, beat both baselines and Holt-Winters at
+10, 30 and 60 minutes on the two multi-day shared traces (docs/forecasting.md).
 """
 
 from __future__ import annotations
@@ -26,11 +27,11 @@ MODELS: Mapping[str, Callable[..., GridForecaster]] = {
     DailyStateSpace.name: DailyStateSpace,
     SeasonalEnvelope.name: SeasonalEnvelope,
 }
-DEFAULT_MODEL = DailyStateSpace.name
 PLANNING_MODEL = SeasonalEnvelope.name
+MOST_ACCURATE_MODEL = DailyStateSpace.name
 
 
-def make_forecaster(name: str = DEFAULT_MODEL, **kwargs: Any) -> GridForecaster:
+def make_forecaster(name: str = PLANNING_MODEL, **kwargs: Any) -> GridForecaster:
     """A new, unfitted forecaster; kwargs are `step_s`, `quantile`, `max_history_s`."""
     try:
         factory = MODELS[name]

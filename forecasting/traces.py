@@ -20,9 +20,11 @@ measures (the convention of `forecasting.series`).
 from __future__ import annotations
 
 import csv
+import gzip
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 import pandas as pd
@@ -100,11 +102,20 @@ def shared_trace_names(directory: Path) -> list[str]:
 
 
 def load_trace(name_or_path: str, *, traces_dir: Path | None = None) -> Trace:
-    path = resolve_trace(name_or_path, traces_dir=traces_dir)
+    return read_trace(resolve_trace(name_or_path, traces_dir=traces_dir))
+
+
+def read_trace(path: Path) -> Trace:
+    """One trace file, in any of the formats above, gzip-compressed or not; `#` lines
+    before the header (the attribution of the trace the package ships) are skipped."""
     try:
-        with path.open(newline="") as handle:
+        with _open_text(path) as handle:
+            comment_lines = 0
             first_line = handle.readline()
-    except (OSError, UnicodeDecodeError) as err:
+            while first_line.startswith("#"):
+                comment_lines += 1
+                first_line = handle.readline()
+    except (OSError, UnicodeDecodeError, EOFError) as err:
         raise TraceFormatError(f"cannot read {path}: {err}") from err
     header = tuple(next(csv.reader([first_line]), ()))
     name = _short_name(path)
@@ -112,11 +123,11 @@ def load_trace(name_or_path: str, *, traces_dir: Path | None = None) -> Trace:
         if first_line.lstrip().startswith("{"):
             series, step_s = _mooncake(path)
         elif header[: len(SERVEGEN_COLUMNS)] == SERVEGEN_COLUMNS:
-            series, step_s = _servegen(path)
+            series, step_s = _servegen(path, skiprows=comment_lines)
         elif header[: len(AZURE_1S_COLUMNS)] == AZURE_1S_COLUMNS:
-            series, step_s = _azure_per_second(path)
+            series, step_s = _azure_per_second(path, skiprows=comment_lines)
         elif header[: len(AZURE_RAW_COLUMNS)] == AZURE_RAW_COLUMNS:
-            series, step_s = _azure_raw(path)
+            series, step_s = _azure_raw(path, skiprows=comment_lines)
         else:
             shown = ",".join(header)
             shown = shown if len(shown) <= 80 else shown[:77] + "..."
@@ -130,8 +141,15 @@ def load_trace(name_or_path: str, *, traces_dir: Path | None = None) -> Trace:
     return Trace(name=name, series=series, native_step_s=step_s, source=path)
 
 
+def _open_text(path: Path) -> IO[str]:
+    if path.suffix == ".gz":
+        return gzip.open(path, "rt", newline="")
+    return path.open(newline="")
+
+
 def _short_name(path: Path) -> str:
-    return path.stem.removesuffix("_600s").removesuffix("_1s")
+    stem = Path(path.name.removesuffix(".gz")).stem
+    return stem.removesuffix("_600s").removesuffix("_1s")
 
 
 def _regular_step(t_seconds: np.ndarray, path: Path) -> float:
@@ -149,8 +167,8 @@ def servegen_gaps(frame: pd.DataFrame) -> np.ndarray:
     return np.asarray(gap, dtype=bool)
 
 
-def _servegen(path: Path) -> tuple[Series, float]:
-    frame = pd.read_csv(path)
+def _servegen(path: Path, *, skiprows: int) -> tuple[Series, float]:
+    frame = pd.read_csv(path, skiprows=skiprows)
     t = frame["t_seconds"].to_numpy(dtype=np.float64)
     step_s = _regular_step(t, path)
     rate = frame["requests_per_s"].to_numpy(dtype=np.float64).copy()
@@ -158,16 +176,16 @@ def _servegen(path: Path) -> tuple[Series, float]:
     return Series(t + step_s, rate), step_s
 
 
-def _azure_per_second(path: Path) -> tuple[Series, float]:
-    frame = pd.read_csv(path)
+def _azure_per_second(path: Path, *, skiprows: int) -> tuple[Series, float]:
+    frame = pd.read_csv(path, skiprows=skiprows)
     t = frame["t_seconds"].to_numpy(dtype=np.float64)
     step_s = _regular_step(t, path)
     rate = frame["requests"].to_numpy(dtype=np.float64) / step_s
     return Series(t + step_s, rate), step_s
 
 
-def _azure_raw(path: Path) -> tuple[Series, float]:
-    frame = pd.read_csv(path, usecols=["TIMESTAMP"])
+def _azure_raw(path: Path, *, skiprows: int) -> tuple[Series, float]:
+    frame = pd.read_csv(path, usecols=["TIMESTAMP"], skiprows=skiprows)
     arrivals = pd.to_datetime(frame["TIMESTAMP"], format="mixed")
     if arrivals.isna().any():
         raise TraceFormatError(f"{path}: unparseable TIMESTAMP values")

@@ -72,7 +72,13 @@ async def _client_from_file(path: Path) -> client.ApiClient:
             f"not a kubeconfig: the top level is a {type(document).__name__}, not a mapping"
         )
     try:
-        return await config.new_client_from_config(config_file=str(path))
+        # persist_config=False: the service never writes the kubeconfig. With the default,
+        # a token refreshed while loading (an OIDC or GCP auth-provider whose token expired)
+        # is written back into the file, which would fail on a read-only mount (a Secret or
+        # ConfigMap volume always is) and otherwise rewrite the operator's file, comments
+        # lost. In kubernetes-asyncio 36 the write does not even happen: its persister is
+        # called with an argument it does not take, and the TypeError stops the start.
+        return await config.new_client_from_config(config_file=str(path), persist_config=False)
     except (ConfigException, OSError, ValueError) as err:
         raise KubeConfigError(str(err)) from err
     except _MALFORMED as err:

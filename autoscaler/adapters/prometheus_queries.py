@@ -2,7 +2,8 @@
 
 Every query is an instant query over all pods at once, grouped `by (namespace, pod)`; the
 source maps results to components in Python, so the number of queries per tick is fixed
-(five signals plus one freshness query) whatever the number of deployments. Operators
+whatever the number of deployments: one per configured query (`instant_queries`), six by default
+(five signals and the freshness query), seven when `unified_demand` is set. Operators
 override any of them (Helm values / the service settings) to read SGLang or a gateway
 instead of vLLM; `sglang_queries()` gives a starting point. Annotation text never reaches
 PromQL: these strings come from the operator's settings only.

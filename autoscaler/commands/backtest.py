@@ -15,15 +15,15 @@ from typing import Any
 
 from autoscaler.commands.arg_types import positive_duration_s
 from autoscaler.commands.output_paths import EXIT_BAD_INPUT, cannot_write, ensure_writable_file
+from autoscaler.commands.trace_args import add_trace_arguments, trace_path
+from autoscaler.sim.errors import SimulationError
 from forecasting.backtest import BacktestReport, run_backtest
 from forecasting.errors import ForecastingError
 from forecasting.grid import DEFAULT_STEP_S
-from forecasting.models import MODELS, PLANNING_MODEL
-from forecasting.traces import default_traces_dir, load_trace
+from forecasting.models import MODELS
+from forecasting.traces import read_trace
 
 DEFAULT_TRACE = "servegen_m-small"
-# the model the autoscaler orders capacity from, biased upwards on purpose
-MARKERS = {PLANNING_MODEL: " (plans capacity)"}
 
 
 def add_parser(subparsers: Any) -> None:
@@ -34,14 +34,7 @@ def add_parser(subparsers: Any) -> None:
         "sMAPE, MAE ratios against persistence and seasonal-naive, upper-bound coverage "
         "and median fit time per model.",
     )
-    parser.add_argument(
-        "--trace",
-        default=DEFAULT_TRACE,
-        metavar="NAME|PATH",
-        help=f"a trace file, or the name of a shared trace in {default_traces_dir()}, as "
-        "simulate takes it or by its file's short name (e.g. servegen-m-small or "
-        f"servegen_m-small, azure-conv or AzureLLMInferenceTrace_conv); default {DEFAULT_TRACE}",
-    )
+    add_trace_arguments(parser, default=DEFAULT_TRACE)
     parser.add_argument(
         "--horizon",
         type=positive_duration_s,
@@ -83,11 +76,18 @@ def _backtest(args: argparse.Namespace) -> int:
         except OSError as err:
             return cannot_write("backtest", args.json, err)
     try:
-        trace = load_trace(args.trace)
+        path = trace_path(args)
+    except SimulationError as err:
+        print(f"gang-autoscaler backtest: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
+        trace = read_trace(path)
+        # a trace named is reported by that name (as simulate does), a file by its short name
+        name = trace.name if path == Path(args.trace) else args.trace
         step_s = args.step or max(DEFAULT_STEP_S, trace.native_step_s)
         report = run_backtest(
             trace.series,
-            trace=trace.name,
+            trace=name,
             horizon_s=args.horizon,
             step_s=step_s,
             quantile=args.quantile,
@@ -121,7 +121,8 @@ def format_table(report: BacktestReport) -> str:
         f"{'coverage':>10}{'fit s':>8}{'fallback':>10}",
     ]
     for name, score in report.models.items():
-        marker = MARKERS.get(name, "") if name != report.default_model else " (default)"
+        # the forecaster the service orders capacity from by default, biased upwards on purpose
+        marker = " (default, plans capacity)" if name == report.default_model else ""
         lines.append(
             f"{name:<{width}}{_f(score.mase, 3):>8}{_f(score.smape, 2):>8}"
             f"{_f(score.ratio_vs_persistence, 3):>9}{_f(score.ratio_vs_seasonal_naive, 3):>10}"

@@ -18,12 +18,12 @@ from autoscaler.commands.output_paths import (
     ensure_writable_directory,
     ensure_writable_file,
 )
+from autoscaler.commands.trace_args import add_trace_arguments, trace_path
 from autoscaler.sim.config import load_settings
 from autoscaler.sim.errors import SimulationError
 from autoscaler.sim.report import table, uses_table, write_json, write_report
 from autoscaler.sim.runner import POLICIES, compare, load_workload
-from autoscaler.sim.workload import BUILTIN_TRACE, resolve_trace
-from forecasting import traces
+from autoscaler.sim.workload import BUILTIN_TRACE
 
 
 def _positive(text: str) -> float:
@@ -45,14 +45,7 @@ def add_parser(subparsers: Any) -> None:
         "clairvoyant oracle); print SLO attainment, GPU-hours, partial-gang GPU-hours, scale "
         "events and p99 TTFT for each, and where each policy's GPU-hours go.",
     )
-    parser.add_argument(
-        "--trace",
-        default=BUILTIN_TRACE,
-        metavar="NAME|PATH",
-        help=f"a trace file or a shared trace name ({', '.join(traces.SHARED_TRACES)}, or a "
-        "file's short name as backtest takes it, e.g. servegen_m-small); "
-        f"default: {BUILTIN_TRACE}, shipped with the package",
-    )
+    add_trace_arguments(parser, default=BUILTIN_TRACE)
     parser.add_argument(
         "--policy",
         default="all",
@@ -84,13 +77,6 @@ def add_parser(subparsers: Any) -> None:
         default=None,
         help="replay only this much of the trace",
     )
-    parser.add_argument(
-        "--traces-dir",
-        type=Path,
-        default=None,
-        help=f"directory of the shared traces (default ${traces.TRACES_ENV} or "
-        "../shared/data/traces)",
-    )
     progress = parser.add_mutually_exclusive_group()
     progress.add_argument(
         "--progress", dest="progress", action="store_true", default=None, help="progress bar"
@@ -108,7 +94,7 @@ def _simulate(args: argparse.Namespace) -> int:
             mode=args.mode,
             step_s=args.step,
         )
-        path = resolve_trace(args.trace, traces_dir=args.traces_dir or traces.default_traces_dir())
+        path = trace_path(args)
         # a trace named is reported by that name, a file by its file name
         name = path.name if path == Path(args.trace) else args.trace
     except SimulationError as err:

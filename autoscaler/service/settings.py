@@ -165,6 +165,14 @@ def _valid_headers(value: dict[str, str]) -> dict[str, str]:
     bad = [name for name in value if not _HEADER_NAME.match(name)]
     if bad:
         raise ValueError(f"not HTTP header names: {', '.join(map(repr, bad))}")
+    # Header names are case-insensitive (RFC 9110 section 5.1): two spellings of one name in
+    # one source would go out as one header with either value (requests keeps the last).
+    spellings: dict[str, list[str]] = {}
+    for name in value:
+        spellings.setdefault(name.lower(), []).append(name)
+    twice = [" and ".join(names) for names in spellings.values() if len(names) > 1]
+    if twice:
+        raise ValueError(f"one header named twice: {'; '.join(twice)}")
     broken = [name for name, text in value.items() if "\r" in text or "\n" in text]
     if broken:  # the value itself is never echoed: it may be a credential
         raise ValueError(f"line break in the value of {', '.join(broken)}")
@@ -399,7 +407,31 @@ class RunSettings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         # Flags arrive as init kwargs; the YAML file (if any) is set per load on a subclass.
-        return (init_settings, env_settings, YamlConfigSettingsSource(settings_cls))
+        return (init_settings, env_settings, _ConfigFileSource(settings_cls))
+
+
+class _ConfigFileSource(YamlConfigSettingsSource):
+    """The `--config` file, less the Prometheus headers that a source above it (the
+    environment) already sets under another spelling of the name.
+
+    pydantic-settings merges the sources' mappings by exact key and reads variable names in
+    lower case, so GANG_AUTOSCALER_PROMETHEUS_HEADERS__X-Scope-OrgID arrives as
+    `x-scope-orgid` beside the file's `X-Scope-OrgID` (which the chart's ConfigMap holds).
+    Both would reach requests, which sends one header with the file's value: the environment
+    would lose to the file. The lower case itself is harmless, header names being
+    case-insensitive (Go servers such as Mimir, Cortex and Thanos canonicalise them).
+    """
+
+    def __call__(self) -> dict[str, Any]:
+        values = dict(super().__call__())
+        headers = values.get("prometheus_headers")
+        above = self.current_state.get("prometheus_headers")
+        if isinstance(headers, dict) and isinstance(above, dict):
+            taken = {str(name).lower() for name in above}
+            values["prometheus_headers"] = {
+                name: text for name, text in headers.items() if str(name).lower() not in taken
+            }
+        return values
 
 
 # Flags of `run`: (flag, field, argparse kwargs). Everything except the nested `queries` and
@@ -557,12 +589,19 @@ def _check_environment(environ: Mapping[str, str]) -> dict[str, str]:
         named[setting] = f"environment variable {variable}"
         if info is not None and decoder.field_is_complex(info):
             try:  # as pydantic-settings will decode it, whose own error names no variable
-                decoder.decode_complex_value(setting, info, environ[variable])
+                decoded = decoder.decode_complex_value(setting, info, environ[variable])
             except ValueError as err:  # the value itself is never echoed: it may be a secret
                 problems.append(
                     f"  environment variable {variable}: not valid JSON ({err}); "
                     "this setting takes a JSON object"
                 )
+                continue
+            if isinstance(decoded, dict):
+                # A problem with one key of the object (`queries.waitng`) names the variable
+                # and the key as written; keys are matched in any case, as the settings are.
+                for key in decoded:
+                    where = f"environment variable {variable}, key {key}"
+                    named[f"{setting}.{key}"] = named[f"{setting}.{str(key).lower()}"] = where
     if problems:
         raise SettingsError("invalid settings:\n" + "\n".join(problems))
     return named

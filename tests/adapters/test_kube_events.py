@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import base64
+import json
+import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
+import yaml
+from aiohttp import web
 from kubernetes_asyncio import client
 
 from autoscaler.adapters.kube_client import new_api_client
 from autoscaler.adapters.kube_errors import KubeConfigError
 from autoscaler.adapters.kube_events import EventRecorder, ObjectRef, camel_reason
 from tests.harness.fake_kube.server import FakeKube
+from tests.harness.http_stub import serve
 
 NS = "default"
 REF = ObjectRef(NS, "llama-decode", "uid-1")
@@ -129,3 +135,50 @@ async def test_of_several_kubeconfig_files_only_the_first_is_read(tmp_path, monk
         monkeypatch.setenv("KUBECONFIG", f"{empty}:{good}")
         with pytest.raises(KubeConfigError, match=f"{empty}: the file is empty"):
             await new_api_client()
+
+
+def _jwt(*, exp: float) -> str:
+    def part(claims: dict[str, object]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(claims).encode()).decode().rstrip("=")
+
+    return f"{part({'alg': 'none'})}.{part({'sub': 'gang-autoscaler', 'exp': exp})}.sig"
+
+
+# kubernetes-asyncio's OIDC requestor uses aiohttp arguments aiohttp has deprecated
+@pytest.mark.filterwarnings("ignore::DeprecationWarning:kubernetes_asyncio.config.openid")
+async def test_a_token_refreshed_at_start_is_used_and_the_kubeconfig_is_not_rewritten(tmp_path):
+    # An OIDC auth-provider whose id-token has expired: kubernetes-asyncio refreshes it from
+    # the issuer while loading. The file may be a read-only Secret mount, and is the
+    # operator's: the new token is used from memory and the file stays as it was.
+    fresh = _jwt(exp=time.time() + 3600)
+    refreshes: list[str] = []
+
+    async def issuer(request: web.Request) -> web.Response:
+        if request.path == "/.well-known/openid-configuration":
+            return web.json_response({"token_endpoint": f"{request.url.origin()}/token"})
+        refreshes.append((await request.post())["refresh_token"])
+        return web.json_response({"id_token": fresh, "refresh_token": "refresh-2"})
+
+    async with FakeKube.start() as kube, serve(issuer) as (issuer_url, _):
+        path = kube.write_kubeconfig(tmp_path / "config")
+        document = yaml.safe_load(path.read_text())
+        document["users"][0]["user"] = {
+            "auth-provider": {
+                "name": "oidc",
+                "config": {
+                    "client-id": "gang-autoscaler",
+                    "client-secret": "secret",
+                    "idp-issuer-url": issuer_url,
+                    "id-token": _jwt(exp=time.time() - 60),
+                    "refresh-token": "refresh-1",
+                },
+            }
+        }
+        written = "# kept as the operator wrote it\n" + yaml.safe_dump(document)
+        path.write_text(written)
+        async with await new_api_client(kubeconfig=path) as api:
+            assert refreshes == ["refresh-1"]
+            assert api.configuration.api_key["BearerToken"] == f"Bearer {fresh}"
+            namespaces = await client.CoreV1Api(api).list_namespace()
+            assert NS in {n.metadata.name for n in namespaces.items}
+        assert path.read_text() == written

@@ -7,6 +7,7 @@ against a real Prometheus.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
@@ -20,6 +21,7 @@ from autoscaler.adapters.prometheus_source import (
 )
 from autoscaler.core.model import Component, ComponentKey
 
+REPO = Path(__file__).resolve().parents[2]
 EVAL_S = 1_800_000_000.0
 KEY = ComponentKey("ns", "llama-3-70b")
 
@@ -197,3 +199,33 @@ def test_query_set_is_fixed() -> None:
     )
     assert len(with_unified.instant_queries()) == 7
     assert len(sglang_queries().instant_queries()) == 6
+
+
+@pytest.mark.parametrize(
+    ("queries", "per_tick", "documented"),
+    [
+        pytest.param(
+            PrometheusQueries(), 6, "With the default settings that is six", id="defaults"
+        ),
+        pytest.param(
+            PrometheusQueries(unified_demand="sum by (namespace, pod) (vllm:requests_total)"),
+            7,
+            "It is seven when `unified_demand` is set",
+            id="unified-demand-set",
+        ),
+        pytest.param(
+            PrometheusQueries(sample_time=None),
+            5,
+            "one fewer when `sample_time` is null",
+            id="no-freshness-query",
+        ),
+    ],
+)
+def test_docs_give_the_number_of_queries_a_tick_sends(
+    queries: PrometheusQueries, per_tick: int, documented: str
+) -> None:
+    # The live test counts what a real Prometheus receives for the first two; this keeps
+    # docs/prometheus.md, which operators size Prometheus by, saying the same.
+    assert len(queries.instant_queries()) == per_tick
+    docs = " ".join((REPO / "docs" / "prometheus.md").read_text().split())
+    assert documented in docs

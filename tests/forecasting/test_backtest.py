@@ -10,16 +10,22 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 
 from autoscaler import cli
 from autoscaler.commands import backtest as backtest_command
+from autoscaler.commands.trace_args import trace_path
+from autoscaler.service.settings import RunSettings
+from autoscaler.sim.workload import BUILTIN_PATH
 from forecasting.backtest import _smape, run_backtest
 from forecasting.errors import InsufficientHistory, TraceFormatError
+from forecasting.models import MOST_ACCURATE_MODEL
 from forecasting.series import Series
-from forecasting.traces import SHARED_TRACES, load_trace, resolve_trace
+from forecasting.traces import SHARED_TRACES, load_trace, read_trace, resolve_trace
 from tests.forecasting.traces import DAY_WINDOWS, STEP_S, servegen_cut
 from tests.harness.shared_data import shared_data_path
 
+CHART_VALUES = Path(__file__).resolve().parents[2] / "charts" / "gang-autoscaler" / "values.yaml"
 CONTRACT_MODEL_KEYS = {
     "mase",
     "smape",
@@ -63,19 +69,27 @@ def test_backtest_scores_every_model_on_the_same_origins(small_report) -> None:
         assert score.mase > 0 and score.fit_seconds_median >= 0
 
 
-def test_default_model_beats_seasonal_naive_on_the_small_cut(small_report) -> None:
+def test_most_accurate_model_beats_seasonal_naive_on_the_small_cut(small_report) -> None:
     # A weak check on a one-day evaluation; the acceptance figures come from the full
     # benchmark (benchmarks/forecast.py, docs/forecasting.md).
-    default = small_report.models[small_report.default_model]
-    assert default.fallback_share == 0
-    assert default.ratio_vs_seasonal_naive < 1
+    best = small_report.models[MOST_ACCURATE_MODEL]
+    assert best.fallback_share == 0
+    assert best.ratio_vs_seasonal_naive < 1
+
+
+def test_the_default_model_is_the_one_the_service_plans_from(small_report) -> None:
+    # `default_model` names what an operator gets without choosing: the service's
+    # --forecast-model default, which the Helm chart's forecastModel repeats.
+    chart_values = yaml.safe_load(CHART_VALUES.read_text())
+    service_default = RunSettings.model_fields["forecast_model"].default
+    assert small_report.default_model == service_default == chart_values["forecastModel"]
+    assert small_report.contract_json()["default_model"] == "seasonal_envelope"
 
 
 def test_contract_json_has_exactly_the_design_keys(small_report) -> None:
     document = small_report.contract_json()
     assert set(document) == {"trace", "horizon_s", "default_model", "models"}
     assert document["horizon_s"] == 1800
-    assert document["default_model"] == "state_space"
     for scores in document["models"].values():
         assert set(scores) == CONTRACT_MODEL_KEYS
 
@@ -189,8 +203,8 @@ def test_command_scores_the_raw_azure_trace_at_a_short_step(capsys) -> None:
     # One hour holds no daily cycle: the seasonal models say so by falling back every time.
     assert "windows of 60 s" in out
     rows = {line.split()[0]: line.split() for line in out.splitlines()[2:]}
-    assert rows["state_space"][-2] == "1.000" and rows["state_space"][-1] == "(default)"
-    assert rows["seasonal_envelope"][-3] == "1.000"  # ... (plans capacity)
+    assert rows["state_space"][-1] == "1.000"
+    assert rows["seasonal_envelope"][-4:] == ["1.000", "(default,", "plans", "capacity)"]
 
 
 def test_command_reports_the_horizon_it_rounded_up_to(tmp_path: Path, capsys) -> None:
@@ -270,3 +284,60 @@ def test_command_lists_the_trace_names_it_takes(capsys) -> None:
 def test_command_rejects_a_horizon_without_unit() -> None:
     with pytest.raises(SystemExit):
         run_command("--horizon", "30")
+
+
+def test_command_backtests_the_builtin_trace_simulate_replays(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "report.json"
+    argv = ("--trace", "builtin", "--horizon", "2m", "--step", "1m", "--model", "state_space")
+    assert run_command(*argv, "--json", str(out)) == 0
+    assert json.loads(out.read_text())["trace"] == "builtin"
+    assert "trace builtin: horizon 120 s, windows of 60 s" in capsys.readouterr().out
+
+
+def test_the_builtin_trace_reads_as_the_shared_file_it_was_made_from() -> None:
+    # gzip-compressed, with attribution lines before the header: the same rows all the same
+    builtin = read_trace(BUILTIN_PATH)
+    shared = load_trace("azure-conv-1s", traces_dir=shared_data_path("traces"))
+    assert builtin.native_step_s == shared.native_step_s == 1.0
+    np.testing.assert_array_equal(builtin.series.timestamps_s, shared.series.timestamps_s)
+    np.testing.assert_array_equal(builtin.series.values, shared.series.values)
+
+
+def test_command_reads_named_traces_from_traces_dir(tmp_path: Path, capsys) -> None:
+    # Days 0-3 of m-small under its own file name in another directory: the name resolves
+    # there, not in the shared directory, whose file holds 14 days.
+    frame = pd.read_csv(shared_data_path("traces", "servegen_m-small_600s.csv")).iloc[:576]
+    frame.to_csv(tmp_path / "servegen_m-small_600s.csv", index=False)
+    argv = ("--trace", "servegen-m-small", "--traces-dir", str(tmp_path))
+    assert run_command(*argv, "--model", "persistence") == 0
+    assert "trace servegen-m-small: horizon 1800 s, windows of 600 s, 288 training windows" in (
+        capsys.readouterr().out
+    )
+
+
+def _option_help(command: str, dest: str) -> str:
+    parser = cli.build_parser()
+    (commands,) = (a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    (action,) = (a for a in commands.choices[command]._actions if a.dest == dest)
+    # the same words but for the default each command has
+    return str(action.help).replace(f"default: {action.default}", "default: DEFAULT")
+
+
+@pytest.mark.parametrize("dest", ["trace", "traces_dir"])
+def test_backtest_and_simulate_describe_their_trace_options_alike(dest: str) -> None:
+    assert _option_help("backtest", dest) == _option_help("simulate", dest)
+    assert "builtin" in _option_help("backtest", "trace")
+
+
+@pytest.mark.parametrize("name", ["builtin", *sorted(SHARED_TRACES), "servegen_m-small"])
+def test_backtest_takes_every_trace_name_simulate_takes(name: str) -> None:
+    parser = cli.build_parser()
+    traces_dir = str(shared_data_path("traces"))
+    paths = {
+        command: trace_path(
+            parser.parse_args([command, "--trace", name, "--traces-dir", traces_dir])
+        )
+        for command in ("simulate", "backtest")
+    }
+    assert paths["backtest"] == paths["simulate"]
+    assert read_trace(paths["backtest"]).series.values.size > 0

@@ -239,6 +239,40 @@ def test_prometheus_credentials_come_from_flags_environment_and_file(
     assert "from-flag" not in repr(flagged)  # header values may be credentials
 
 
+def test_a_header_in_the_environment_beats_the_file_whatever_the_case(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The chart writes X-Scope-OrgID into the config file; pydantic-settings reads the
+    # variable's name in lower case. One header must remain, with the environment's value.
+    config = _write(
+        tmp_path,
+        "prometheus_headers:\n  X-Scope-OrgID: from-file\n  X-Extra: kept\n",
+    )
+    monkeypatch.setenv("GANG_AUTOSCALER_PROMETHEUS_HEADERS__X-Scope-OrgID", "from-env")
+    settings = _load("--config", config, "--prometheus-url", "http://p:1")
+    assert settings.prometheus_headers == {"x-scope-orgid": "from-env", "X-Extra": "kept"}
+    monkeypatch.delenv("GANG_AUTOSCALER_PROMETHEUS_HEADERS__X-Scope-OrgID")
+    monkeypatch.setenv("GANG_AUTOSCALER_PROMETHEUS_HEADERS", '{"X-SCOPE-ORGID": "from-json"}')
+    settings = _load("--config", config, "--prometheus-url", "http://p:1")
+    assert settings.prometheus_headers == {"X-SCOPE-ORGID": "from-json", "X-Extra": "kept"}
+
+
+def test_one_header_named_twice_in_one_source_is_refused() -> None:
+    with pytest.raises(SettingsError) as raised:
+        _load(
+            "--prometheus-url",
+            "http://p:1",
+            "--prometheus-header",
+            "X-Scope-OrgID=a",
+            "--prometheus-header",
+            "x-scope-orgid=b",
+        )
+    assert str(raised.value) == (
+        "invalid settings:\n  prometheus_headers: one header named twice: "
+        "X-Scope-OrgID and x-scope-orgid"
+    )
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
@@ -378,6 +412,55 @@ def test_an_undecodable_environment_value_names_the_variable_not_a_config_file(
         "not valid JSON (Expecting value: line 1 column 1 (char 0)); "
         "this setting takes a JSON object"
     )
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "line"),
+    [
+        pytest.param(
+            "GANG_AUTOSCALER_QUERIES",
+            '{"waitng": "sum by (namespace, pod) (vllm:num_requests_waiting)"}',
+            "environment variable GANG_AUTOSCALER_QUERIES, key waitng: unknown setting",
+            id="unknown-query-name",
+        ),
+        pytest.param(
+            "GANG_AUTOSCALER_QUERIES",
+            '{"WAITING": "sum(vllm:num_requests_waiting)"}',
+            "environment variable GANG_AUTOSCALER_QUERIES, key WAITING: must keep the "
+            "`namespace` and `pod` labels, e.g. sum by (namespace, pod)",
+            id="bad-query-named-as-written",
+        ),
+        pytest.param(
+            "GANG_AUTOSCALER_BUFFER",
+            '{"max_gangs": -1}',
+            "environment variable GANG_AUTOSCALER_BUFFER, key max_gangs: "
+            "Input should be greater than or equal to 0",
+            id="bad-buffer-bound",
+        ),
+    ],
+)
+def test_a_bad_key_in_a_json_environment_value_names_the_variable_and_the_key(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str, line: str
+) -> None:
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(SettingsError) as raised:
+        _load("--prometheus-url", "http://p:1")
+    assert str(raised.value) == "invalid settings:\n  " + line
+
+
+def test_a_bad_key_in_the_file_is_not_blamed_on_a_json_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Both set `queries`; only the key the variable gave is named by the variable.
+    monkeypatch.setenv("GANG_AUTOSCALER_QUERIES", '{"running": "sum(x)"}')
+    config = _write(tmp_path, "queries:\n  waitng: sum by (namespace, pod) (x)\n")
+    with pytest.raises(SettingsError) as raised:
+        _load("--config", config, "--prometheus-url", "http://p:1")
+    assert str(raised.value).splitlines()[1:] == [
+        "  environment variable GANG_AUTOSCALER_QUERIES, key running: must keep the "
+        "`namespace` and `pod` labels, e.g. sum by (namespace, pod)",
+        "  queries.waitng: unknown setting",
+    ]
 
 
 def test_an_invalid_environment_value_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
