@@ -1,16 +1,20 @@
 """Clairvoyant gang requirement: the fewest gangs per step that meet the SLO for the arrivals
 that actually come. The `oracle` follows it (started one lead time early) and `static` holds
-its peak; neither can be beaten on GPU-hours by a policy that meets the SLO.
+its peak. The criterion below is sufficient, not necessary (each window's capacity is held
+until its work is due, whatever later windows need), so the oracle is a near lower bound on
+GPU-hours, not an exact one.
 
 Prefill: with aggregate capacity c, FIFO delay stays within a slack s when every window of
-arrivals satisfies work(window) <= c * (its span + s), its span being the time from its
-first arrival to its last, with c held from the window's start until its work is due (its
-last arrival plus s); the slack is the SLO less the 99th percentile of a request's own
-prefill time. Windows are checked on a grid: every length up to 10 s on a 0.25 s grid
-(where a bin's width would matter most), longer ones to `max_window_s` on a 1 s grid, and
-up to `long_window_s` every 30 s (sustained overloads that no short window shows). A window
-is taken from its first bin's first arrival to its last bin's last, so arrivals that come
-at one instant (the per-second cohorts of the aggregated traces) are checked exactly.
+arrivals satisfies work(window) - own <= c * (its span + s). The span runs from the
+window's first arrival to its last; `own` is its last request's prompt (that request waits
+only for the work ahead of it, and its own prefill is what the slack leaves room for); c is
+held from the window's start until its work is due (its last arrival plus s); the slack is
+the SLO less the 99th percentile of a request's own prefill time. Windows are checked on
+grids: every length up to 10 s on a 0.25 s grid (where a bin's width would matter most),
+longer ones to `max_window_s` on a 1 s grid, and up to `long_window_s` every 30 s
+(sustained overloads that no short window shows). A window is taken from its first bin's
+first arrival to its last bin's last, so arrivals at one instant (the per-second cohorts
+of the aggregated traces) are checked exactly.
 
 Decode: enough slots for the sequences that would be running (in slot-time, averaged over
 each step) if every request got a slot on arrival. Unified: both on the same gangs, with the
@@ -144,10 +148,10 @@ def _window_rates(
 ) -> np.ndarray:
     """Per grid bin: the highest rate any window (of `lengths` bins) holding that bin needs.
 
-    A window's rate is its work over the time from its first to its last arrival plus the
-    slack, held from its first bin until its work is due (its last bin's end plus the
-    slack). Windows starting or ending on an empty bin are covered by the shorter window
-    inside them.
+    A window's rate is its work ahead of its last request over the time from its first to
+    its last arrival plus the slack, held from its first bin until its work is due (its
+    last bin's end plus the slack). Windows starting or ending on an empty bin are covered
+    by the shorter window inside them.
     """
     n = max(int(np.ceil(duration_s / grid_s)), 1)
     arrival = workload.arrival_s
@@ -156,6 +160,9 @@ def _window_rates(
     first = np.where(occupied, arrival[np.minimum(bounds[:-1], arrival.size - 1)], 0.0)
     last = np.where(occupied, arrival[np.maximum(bounds[1:] - 1, 0)], 0.0)
     cumulative = np.concatenate(([0.0], np.cumsum(workload.prompt_tokens())))[bounds]
+    # the window's last request waits only for the work ahead of it: its own prompt is the
+    # own prefill time the slack leaves room for
+    own = np.where(occupied, workload.input_tokens[np.maximum(bounds[1:] - 1, 0)], 0.0)
     need = np.zeros(n)
     rate = np.zeros(n)
     for w in lengths:
@@ -164,7 +171,7 @@ def _window_rates(
         # windows of bins [i, i + w) for every i <= n - w; later ones are shorter windows
         starts = n - w + 1
         valid = occupied[:starts] & occupied[w - 1 :]
-        work = cumulative[w:] - cumulative[:starts]
+        work = cumulative[w:] - cumulative[:starts] - own[w - 1 :]
         span = np.where(valid, last[w - 1 :] - first[:starts], 0.0)
         rate[:starts] = np.where(valid, work / (span + slack_s), 0.0)
         rate[starts:] = 0.0

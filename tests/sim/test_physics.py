@@ -329,12 +329,12 @@ def test_clairvoyant_requirement_of_a_steady_load(prompt_tokens_per_s: int, gang
 def test_clairvoyant_requirement_holds_a_burst_until_its_work_is_due() -> None:
     from autoscaler.sim.requirement import required_gangs
 
-    # 360,000 prompt tokens at 10.5 s in one cohort, nothing else. All of it arrives at one
-    # instant, so the last of it waits 360,000 / capacity and that must stay within the
-    # slack (the SLO of 2 s less the own prefill of 0.05 s): 184,615 tokens/s, 5 gangs, and
-    # they must serve until that work is due at 12.45 s, step 12. A requirement that
-    # granted the burst a second more (360,000 / (1 + slack): 4 gangs) leaves its tail at
-    # 2.3 s; one that fell back at 11 s leaves most of the burst queued past the SLO.
+    # 180 prompts of 2,000 tokens at 10.5 s in one cohort, nothing else. All arrive at one
+    # instant, so the last one waits for the 358,000 tokens ahead of it, and that must stay
+    # within the slack (the SLO of 2 s less its own prefill of 0.05 s): 183,590 tokens/s, 5
+    # gangs, serving until that work is due at 12.45 s, step 12. A requirement that granted
+    # the burst a second more (358,000 / (1 + slack): 4 gangs) leaves its tail at 2.3 s; one
+    # that fell back at 11 s leaves most of the burst queued past the SLO.
     workload = Workload(
         name="burst",
         arrival_s=np.array([10.5]),
@@ -345,7 +345,7 @@ def test_clairvoyant_requirement_holds_a_burst_until_its_work_is_due() -> None:
     )
     need = required_gangs(workload, SimSettings(step_s=1.0, tick_s=1.0), n_steps=30)
     slack = 2.0 - 2_000 / PREFILL_PER_GANG
-    gangs = math.ceil(360_000 / slack / PREFILL_PER_GANG)
+    gangs = math.ceil(358_000 / slack / PREFILL_PER_GANG)
     assert gangs == 5
     assert need["prefill"][:10].tolist() == [1] * 10
     assert need["prefill"][10:13].tolist() == [5] * 3
