@@ -2,32 +2,55 @@
 
 Order: an explicit kubeconfig path; else the in-cluster service account (when the pod's
 `KUBERNETES_SERVICE_HOST` is set); else `$KUBECONFIG` or `~/.kube/config`.
+
+The credential stays current for as long as the service runs. In-cluster, kubernetes-asyncio
+re-reads the projected ServiceAccount token file at the first request a minute after its
+last read (its `refresh_api_key_hook`), so a token the kubelet rotated is picked up long
+before the old one expires. From a kubeconfig the library reads the credential once; the
+hook installed here asks the library's loader again at most once a minute, and the loader
+renews what is due by its own rules: an exec plugin (EKS, GKE) or GCP/OIDC token within
+5 minutes of its expiry, a `tokenFile` every time.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import yaml
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.config.config_exception import ConfigException
+from kubernetes_asyncio.config.kube_config import KubeConfigLoader
 
 from autoscaler.adapters.kube_errors import KubeConfigError
+
+log = logging.getLogger(__name__)
 
 # kubernetes-asyncio indexes into the parsed file without checking its shape, so a wrong
 # type somewhere inside (`contexts: 5`, a user that is a string) surfaces as one of these.
 _MALFORMED = (TypeError, AttributeError, KeyError)
 
+# As the library's in-cluster loader and its `config.refresh_token` loop: well inside the
+# 5 minutes before expiry in which the loader renews an exec plugin's or OIDC/GCP token.
+CREDENTIAL_CHECK_INTERVAL_S = 60.0
 
-async def new_api_client(*, kubeconfig: Path | None = None) -> client.ApiClient:
-    """An ApiClient for the cluster; raises KubeConfigError naming what was tried."""
+
+async def new_api_client(
+    *, kubeconfig: Path | None = None, clock: Callable[[], float] = time.monotonic
+) -> client.ApiClient:
+    """An ApiClient for the cluster; raises KubeConfigError naming what was tried.
+
+    `clock` (monotonic seconds) times the checks of a kubeconfig credential."""
     tried: list[str] = []
     if kubeconfig is not None:
         if not kubeconfig.exists():
             raise KubeConfigError(f"kubeconfig {kubeconfig} does not exist")
         try:
-            return await _client_from_file(kubeconfig)
+            return await _client_from_file(kubeconfig, clock=clock)
         except KubeConfigError as err:
             raise KubeConfigError(f"kubeconfig {kubeconfig}: {err}") from err
     if os.environ.get("KUBERNETES_SERVICE_HOST"):
@@ -47,7 +70,7 @@ async def new_api_client(*, kubeconfig: Path | None = None) -> client.ApiClient:
     first = Path(default.split(os.pathsep)[0])
     if first.exists():
         try:
-            return await _client_from_file(first)
+            return await _client_from_file(first, clock=clock)
         except KubeConfigError as err:
             tried.append(f"{first}: {err}")
     else:
@@ -55,7 +78,7 @@ async def new_api_client(*, kubeconfig: Path | None = None) -> client.ApiClient:
     raise KubeConfigError("no Kubernetes configuration found (" + "; ".join(tried) + ")")
 
 
-async def _client_from_file(path: Path) -> client.ApiClient:
+async def _client_from_file(path: Path, *, clock: Callable[[], float]) -> client.ApiClient:
     """A client from one kubeconfig file; KubeConfigError says in one line what is wrong."""
     # The file is parsed here first so that an empty file, broken YAML or a document that is
     # not a mapping is said in plain words rather than as the client's TypeError.
@@ -78,11 +101,59 @@ async def _client_from_file(path: Path) -> client.ApiClient:
         # ConfigMap volume always is) and otherwise rewrite the operator's file, comments
         # lost. In kubernetes-asyncio 36 the write does not even happen: its persister is
         # called with an argument it does not take, and the TypeError stops the start.
-        return await config.new_client_from_config(config_file=str(path), persist_config=False)
+        configuration = client.Configuration()
+        loader = await config.load_kube_config(
+            config_file=str(path), client_configuration=configuration, persist_config=False
+        )
     except (ConfigException, OSError, ValueError) as err:
         raise KubeConfigError(str(err)) from err
     except _MALFORMED as err:
         raise KubeConfigError(f"not a valid kubeconfig ({type(err).__name__}: {err})") from err
+    if configuration.api_key.get("BearerToken"):
+        # Client certificates need no hook: they go into the TLS context once, at the start.
+        configuration.refresh_api_key_hook = _KubeconfigCredential(loader, clock=clock)
+    return client.ApiClient(configuration=configuration)
+
+
+class _KubeconfigCredential:
+    """The `refresh_api_key_hook` of a client loaded from a kubeconfig: before a request,
+    once a check is due, the library's loader renews the token if it must.
+
+    The library offers two ways to renew a kubeconfig credential; this is the one its
+    in-cluster loader and the official Python client's kubeconfig loader use. The other,
+    `config.refresh_token(loader, configuration)`, is a loop the caller must keep running
+    that renews exec plugin and GCP tokens only (not OIDC, not a `tokenFile`), fails with a
+    TypeError on a context without a user, and ends for good at the first error.
+    """
+
+    def __init__(self, loader: KubeConfigLoader, *, clock: Callable[[], float]) -> None:
+        self._loader = loader
+        self._clock = clock
+        self._checked_s = clock()
+        self._lock = asyncio.Lock()  # concurrent requests run an exec plugin once, not each
+
+    async def __call__(self, configuration: client.Configuration) -> None:
+        if self._clock() - self._checked_s < CREDENTIAL_CHECK_INTERVAL_S:
+            return
+        async with self._lock:
+            if self._clock() - self._checked_s < CREDENTIAL_CHECK_INTERVAL_S:
+                return  # renewed while this request waited
+            try:
+                # The loader's one entry for every kind of user (what load_kube_config ran),
+                # each with its own cache: an unexpired exec or OIDC token is not fetched again.
+                await self._loader._load_authentication()
+            except Exception as err:  # a plugin's, an issuer's or a file's: any of them
+                # The request goes on with the credential it has. If the API server refuses
+                # it, the 401 fails that call like any API error, and the next check retries.
+                log.warning(
+                    "renewing the Kubernetes credential failed (%s); keeping the current one "
+                    "and trying again in %gs",
+                    " ".join(str(err).split()) or type(err).__name__,
+                    CREDENTIAL_CHECK_INTERVAL_S,
+                )
+            else:
+                configuration.api_key["BearerToken"] = self._loader.token
+            self._checked_s = self._clock()
 
 
 def _yaml_problem(err: yaml.YAMLError) -> str:

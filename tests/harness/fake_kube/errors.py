@@ -115,6 +115,11 @@ def method_not_allowed(method: str) -> ApiError:
     )
 
 
+def unauthorized() -> ApiError:
+    """What the API server answers a missing, expired or unknown bearer token: no detail."""
+    return ApiError(401, reason="Unauthorized", message="Unauthorized")
+
+
 def expired(requested_rv: int, oldest_rv: int) -> ApiError:
     return ApiError(
         410,

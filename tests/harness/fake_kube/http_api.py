@@ -64,6 +64,9 @@ class KubeHttpApi:
         self.cluster = cluster
         self.bookmark_interval_s = bookmark_interval_s
         self.watch_timeout_s = watch_timeout_s
+        # None: any request is served. Else the bearer tokens the server accepts now; any
+        # other request is answered 401, as the real server answers an expired token.
+        self.accepted_tokens: frozenset[str] | None = None
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -75,6 +78,10 @@ class KubeHttpApi:
             (request.method, request.path_qs, request.headers.get("Content-Type", ""))
         )
         try:
+            if self.accepted_tokens is not None:
+                scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+                if scheme.lower() != "bearer" or token not in self.accepted_tokens:
+                    raise errors.unauthorized()
             fault = self.cluster.take_fault(request.method, request.path_qs)
             if fault is not None and fault.action == "drop_answer":
                 await self._dispatch(request)  # done, and the answer never arrives

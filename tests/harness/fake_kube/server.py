@@ -103,6 +103,11 @@ class FakeKube(Cluster):
 
     # -- test hooks ----------------------------------------------------------------------
 
+    def accept_only(self, *tokens: str) -> None:
+        """Serve only requests bearing one of `tokens` (a rotation: the new one, the old one
+        expired); others get 401 Unauthorized. The clients above use "fake-token"."""
+        self.http.accepted_tokens = frozenset(tokens)
+
     def resource(self, name: str) -> Any:
         """A resource type by plural, `plural.group`, kind or short name ("lws", "Pod")."""
         plural, _, group = name.partition(".")
