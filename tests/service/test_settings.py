@@ -335,6 +335,14 @@ def test_bad_prometheus_credentials_are_named(
     assert message.format(**paths) in str(raised.value)
 
 
+def _refusal_of(monkeypatch: pytest.MonkeyPatch, variable: str, value: str) -> str:
+    """What loading the settings says with `variable` set to `value` in the environment."""
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(SettingsError) as raised:
+        _load("--prometheus-url", "http://p:1")
+    return str(raised.value)
+
+
 @pytest.mark.parametrize(
     ("variable", "value", "line"),
     [
@@ -383,10 +391,7 @@ def test_bad_prometheus_credentials_are_named(
 def test_an_unknown_variable_with_the_prefix_is_refused_by_name(
     monkeypatch: pytest.MonkeyPatch, variable: str, value: str, line: str
 ) -> None:
-    monkeypatch.setenv(variable, value)
-    with pytest.raises(SettingsError) as raised:
-        _load("--prometheus-url", "http://p:1")
-    assert str(raised.value) == "invalid settings:\n  " + line
+    assert _refusal_of(monkeypatch, variable, value) == "invalid settings:\n  " + line
 
 
 def test_the_projects_own_variables_are_accepted(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -442,10 +447,7 @@ def test_an_undecodable_environment_value_names_the_variable_not_a_config_file(
 def test_a_bad_key_in_a_json_environment_value_names_the_variable_and_the_key(
     monkeypatch: pytest.MonkeyPatch, variable: str, value: str, line: str
 ) -> None:
-    monkeypatch.setenv(variable, value)
-    with pytest.raises(SettingsError) as raised:
-        _load("--prometheus-url", "http://p:1")
-    assert str(raised.value) == "invalid settings:\n  " + line
+    assert _refusal_of(monkeypatch, variable, value) == "invalid settings:\n  " + line
 
 
 def test_a_bad_key_in_the_file_is_not_blamed_on_a_json_variable(
