@@ -4,8 +4,9 @@
 #   benchmarks/simulate_all.sh [OUT_DIR] [extra simulate flags...]
 #
 # Writes OUT_DIR/<trace>.json, OUT_DIR/<trace>/ (CSV, plots, report.md) and prints the
-# tables, as collected in docs/results.md. Shared traces are read from
-# $GANG_AUTOSCALER_TRACES or ../shared/data/traces beside the checkout. The 14-day ServeGen
+# tables, then the acceptance table (benchmarks/acceptance.py), as collected in
+# docs/results.md. Shared traces are read from $GANG_AUTOSCALER_TRACES or
+# ../shared/data/traces beside the checkout. The 14-day ServeGen
 # traces take several minutes each on two cores.
 set -euo pipefail
 
@@ -36,3 +37,8 @@ for trace in "${traces[@]}"; do
   echo "(${trace}: $(( $(date +%s) - start )) s)"
   echo
 done
+
+echo "## Acceptance (the gang policy)"
+echo
+# a failing cell is a finding, not a failed run: print the table and keep the exit status 0
+python3 benchmarks/acceptance.py "$out_dir" || true
