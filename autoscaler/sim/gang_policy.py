@@ -42,22 +42,21 @@ LONG_TRACE_S = 86_400.0
 
 
 def default_annotations(
-    settings: SimSettings, component: str, *, max_gangs: int, target_waiting: float
+    settings: SimSettings,
+    component: str,
+    *,
+    max_gangs: int,
+    target_waiting: float,
+    capacity: float,
 ) -> dict[str, str]:
     """The annotations the simulated LWS of `component` carries for `gang`.
 
-    Capacity per gang is a share (`target_utilization`) of what one gang measurably serves,
-    in the unit of the component's demand signal: prompt tokens/s for prefill and unified,
-    generated tokens/s for decode. The lead time is node provisioning plus gang start-up
-    plus one tick, the time from a decision to a serving gang on a fresh node. Values in
-    the YAML `gang:` section override these.
+    `capacity` is what one gang serves at target, in the unit of the component's demand
+    signal (`runner.gang_capacity`). The lead time is node provisioning plus gang start-up
+    plus one tick, the time from a decision to a serving gang on a fresh node. Values in the
+    YAML `gang:` section override these.
     """
-    cluster, serving, gang = settings.cluster, settings.serving, settings.gang
-    pods = cluster.pods_per_gang
-    if component == "decode":
-        capacity = serving.decode_tokens_per_s(pods) * gang.target_utilization
-    else:
-        capacity = serving.prefill_tokens_per_s(pods) * gang.target_utilization
+    cluster = settings.cluster
     lead_s = cluster.node_provisioning_s + cluster.gang_startup_s + settings.tick_s
     annotations = {
         "enabled": "true",
@@ -86,7 +85,7 @@ def default_annotations(
         # of SLO attainment with one gang per tick.
         annotations["max-buffer"] = "1"
         annotations["max-scale-up"] = "1"
-    annotations.update(getattr(gang, component))
+    annotations.update(getattr(settings.gang, component))
     return {PREFIX + k: v for k, v in annotations.items()}
 
 
@@ -119,6 +118,7 @@ class GangController:
         *,
         max_gangs: Mapping[str, int],
         target_waiting: Mapping[str, float],
+        capacity: Mapping[str, float],
         duration_s: float,
         forecaster_factory: ForecasterFactory | None = None,
     ) -> None:
@@ -130,7 +130,11 @@ class GangController:
         self.policies: dict[ComponentKey, Policy] = {
             key: _parse_policy(
                 default_annotations(
-                    settings, c, max_gangs=max_gangs[c], target_waiting=target_waiting[c]
+                    settings,
+                    c,
+                    max_gangs=max_gangs[c],
+                    target_waiting=target_waiting[c],
+                    capacity=capacity[c],
                 ),
                 component=c,
                 lws_name=key.lws,

@@ -145,6 +145,34 @@ def target_waiting(workload: Workload, settings: SimSettings) -> dict[str, float
     return {"prefill": prefill, "decode": DEFAULT_TARGET_WAITING}
 
 
+def gang_capacity(workload: Workload, settings: SimSettings) -> dict[str, float]:
+    """The `capacity-per-replica` an operator would measure, per component: the share
+    `gang.target_utilization` of what one gang serves when saturated with this trace's
+    requests, in the unit of the component's demand signal (prompt tokens/s for prefill and
+    unified, generated tokens/s for decode).
+
+    A unified gang runs its decode batch on the same GPUs, which takes
+    `unified_decode_interference` of its prefill capacity when full. Saturated with prompts
+    it admits prefill / mean_prompt requests a second, each holding a slot for the mean hold
+    time, so its slots are a share u = a / (1 + interference * a) full, with
+    a = prefill_tokens_per_s * hold / (mean_prompt * slots), and it serves
+    prefill_tokens_per_s * (1 - interference * u) prompt tokens/s.
+    """
+    serving, pods = settings.serving, settings.cluster.pods_per_gang
+    share = settings.gang.target_utilization
+    prefill = serving.prefill_tokens_per_s(pods)
+    if settings.mode != "unified":
+        return {"prefill": prefill * share, "decode": serving.decode_tokens_per_s(pods) * share}
+    slots = serving.max_sequences(pods)
+    mean_prompt = float(workload.prompt_tokens().sum() / workload.total_requests)
+    mean_output = float(workload.generated_tokens().sum() / workload.total_requests)
+    hold_s = mean_output / (serving.decode_tokens_per_s(pods) / slots)
+    interference = serving.unified_decode_interference
+    a = prefill * hold_s / (mean_prompt * slots)
+    full = min(a / (1.0 + interference * a), 1.0)
+    return {"unified": prefill * (1.0 - interference * full) * share}
+
+
 def build_controllers(
     workload: Workload,
     settings: SimSettings,
@@ -176,6 +204,7 @@ def build_controllers(
                     initial,
                     max_gangs=max_gangs,
                     target_waiting=waiting,
+                    capacity=gang_capacity(workload, settings),
                     duration_s=workload.duration_s,
                     forecaster_factory=forecaster_factory,
                 )

@@ -19,7 +19,9 @@ Within a step, the slots free at its start are taken at once and the rest of the
 admissions are spread evenly over it (when exactly in the step a slot frees is not tracked).
 
 Unified gangs run both on the same GPUs: a full decode batch takes
-`unified_decode_interference` of the prefill capacity.
+`unified_decode_interference` of the prefill capacity, in proportion to the share of the
+slots busy over the previous step (one step behind, so the same whatever the step in steady
+state).
 
 The forward pass (`step`) only moves cumulative counters, so it costs O(1) per step plus the
 cohorts admitted; per-request TTFTs are computed afterwards, vectorised, by inverting the
@@ -102,7 +104,11 @@ class Serving:
         slots = decode_gangs * self.slots_per_gang
         capacity = prefill_gangs * self.prefill_per_gang * self.dt
         if self.unified and slots > 0:
-            capacity *= 1.0 - self.interference * min(carried / slots, 1.0)
+            # the batch's share of the slots over the last step, its admissions included: the
+            # sequences admitted earlier alone (`carried`) leave out the step's newcomers,
+            # a share that grows with the step (all of it for holds shorter than a step)
+            busy = max(self._occupancy, 0.0)
+            capacity *= 1.0 - self.interference * min(busy / slots, 1.0)
         self.rate_curve[k] = capacity / self.dt
         self._served = self._serve_prefill(k, capacity)
         self.served_curve[k + 1] = self._served

@@ -422,3 +422,38 @@ def test_gpu_hours_by_use_follow_a_scale_up_through_booting_and_start_up() -> No
         "nodes booting or idle": pytest.approx(300 * gpu_h),
     }
     assert sum(uses.values()) == pytest.approx(measure(result).gpu_hours)
+
+
+@pytest.mark.parametrize("step_s", [1.0, 5.0])
+def test_unified_capacity_per_gang_is_what_a_saturated_unified_gang_serves(step_s: float) -> None:
+    from autoscaler.sim.runner import gang_capacity
+
+    # 1,000-token prompts and 468.75-token outputs: at 46.875 tokens/s per sequence (24,000
+    # generated tokens/s over 512 slots) each holds its slot 10 s. Saturated, a unified gang
+    # admits 40,000 (1 - 0.5 u) / 1,000 requests a second, so u = a / (1 + 0.5 a) of its
+    # slots are full with a = 40,000 x 10 / (1,000 x 512) = 0.78125: u = 0.5618, and it
+    # serves 40,000 x (1 - 0.2809) = 28,764 prompt tokens/s; at target (80 %) 23,011.
+    seconds = 400
+    workload = Workload(
+        name="saturating",
+        arrival_s=np.arange(seconds) + 0.5,
+        requests=np.full(seconds, 60.0),  # 60,000 prompt tokens/s, more than one gang serves
+        input_tokens=np.full(seconds, 1_000.0),
+        output_tokens=np.full(seconds, 468.75),
+        duration_s=float(seconds),
+    )
+    settings = SimSettings(mode="unified", step_s=step_s, tick_s=5.0)
+    capacity = gang_capacity(workload, settings)
+    assert capacity == {"unified": pytest.approx(23_011.2, rel=1e-4)}
+    assert gang_capacity(workload, SimSettings()) == {"prefill": 32_000.0, "decode": 19_200.0}
+    n_steps = round(seconds / step_s)
+    serving = Serving(workload, settings, n_steps=n_steps)
+    for k in range(n_steps):
+        serving.step(k, prefill_gangs=1, decode_gangs=1)
+    # steady state, after the slots have filled (several hold times); the same at any step
+    first, last = round(200 / step_s), n_steps
+    served = serving.served_curve[last] - serving.served_curve[first]
+    measured = served / ((last - first) * settings.step_s)
+    assert measured * settings.gang.target_utilization == pytest.approx(
+        capacity["unified"], rel=0.02
+    )
