@@ -103,18 +103,21 @@ def test_minimal_values_render_only_what_is_needed(chart: helm.Chart) -> None:
     kinds = sorted(o["kind"] for o in objects)
     assert kinds == sorted(
         [
-            "ClusterRole",
+            "ClusterRole",  # reads
+            "ClusterRole",  # writes
+            "ClusterRoleBinding",
             "ClusterRoleBinding",
             "ConfigMap",
             "Deployment",
-            "Role",
+            "Role",  # the Lease
             "RoleBinding",
             "Service",
         ]
     )
     pod = one(objects, "Deployment")["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == "existing-sa"
-    assert one(objects, "ClusterRoleBinding")["subjects"][0]["name"] == "existing-sa"
+    for binding in (o for o in objects if o["kind"].endswith("Binding")):
+        assert binding["subjects"][0]["name"] == "existing-sa"
 
 
 def test_default_values_render_pdb_and_balloon_priority_class(chart: helm.Chart) -> None:
@@ -189,7 +192,9 @@ def test_a_second_release_installs_beside_the_first(chart: helm.Chart) -> None:
     assert one(first, "PriorityClass")["metadata"]["name"] == PRIORITY_CLASS_NAME
     assert one(first, "PriorityClass")["value"] == priority_class_manifest()["value"]
     rule = next(
-        r for r in one(second, "ClusterRole")["rules"] if r["resources"] == ["priorityclasses"]
+        r
+        for r in one(second, "ClusterRole", "-gang-autoscaler")["rules"]
+        if r["resources"] == ["priorityclasses"]
     )
     assert rule["resourceNames"] == [PRIORITY_CLASS_NAME]
 
@@ -211,9 +216,12 @@ def test_deployment_is_hardened_and_probed(rendered: list[dict[str, Any]]) -> No
     assert container["resources"]["requests"]["memory"]
     assert container["resources"]["limits"]["memory"]
     # The service account that the RBAC binds is the one the pod runs as.
-    binding = one(rendered, "ClusterRoleBinding")
-    assert binding["subjects"][0]["name"] == pod["serviceAccountName"]
-    assert binding["subjects"][0]["namespace"] == NAMESPACE
+    bindings = [o for o in rendered if o["kind"] in ("ClusterRoleBinding", "RoleBinding")]
+    assert len(bindings) >= 3  # reads, writes, the Lease
+    for binding in bindings:
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": pod["serviceAccountName"], "namespace": NAMESPACE}
+        ]
 
 
 def test_default_security_contexts_are_the_hardened_ones(chart: helm.Chart) -> None:
@@ -675,6 +683,18 @@ SERVICE_REFUSES = [
     ),
     pytest.param(
         "balloonImage", "pause 3.10", {"balloon_image": "pause 3.10"}, id="balloon-image-space"
+    ),
+    pytest.param(
+        "prometheus.headers",
+        {"X-Scope-OrgID": "a", "x-scope-orgid": "b"},
+        {"prometheus_headers": {"X-Scope-OrgID": "a", "x-scope-orgid": "b"}},
+        id="header-named-twice",
+    ),
+    pytest.param(
+        "prometheus.headers",
+        {"X-Scope-OrgID": "a\r\nX-Injected: b"},
+        {"prometheus_headers": {"X-Scope-OrgID": "a\r\nX-Injected: b"}},
+        id="header-value-line-break",
     ),
 ]
 

@@ -9,15 +9,19 @@ read-only grants go beyond issue 8's list because the Kubernetes adapter makes t
 calls: `list` on HorizontalPodAutoscalers (before each /scale write it refuses to fight an
 HPA that targets the same LWS) and `get` on the one PriorityClass `gang-autoscaler-balloon`
 (checked for its value when an instance becomes leader). Neither can change anything.
+
+Reads are bound cluster-wide; writes cluster-wide only when the service watches every
+namespace, else by a RoleBinding in each namespace it watches, the only ones it writes to.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import helm_python as helm
 import pytest
 
-from tests.charts.conftest import NAMESPACE
+from tests.charts.conftest import NAMESPACE, NON_DEFAULT_VALUES, render_objects
 
 # (apiGroup, resource) -> verbs the service may hold; nothing else may appear.
 CLUSTER_ALLOWED: dict[tuple[str, str], set[str]] = {
@@ -37,11 +41,20 @@ NAMED_ONLY = {("scheduling.k8s.io", "priorityclasses"): ["gang-autoscaler-balloo
 LEASE_ALLOWED: dict[tuple[str, str], set[str]] = {
     ("coordination.k8s.io", "leases"): {"get", "create", "update", "patch"},
 }
-# What the service cannot work without: every rule above except the second events API.
-REQUIRED = {
-    key: verbs
-    for key, verbs in {**CLUSTER_ALLOWED, **LEASE_ALLOWED}.items()
-    if key != ("events.k8s.io", "events")
+# What the service writes, in the namespaces of the LWS objects it scales (the events.k8s.io
+# API is granted beside the core one but not used); everything else in CLUSTER_ALLOWED it reads.
+WRITES: dict[tuple[str, str], set[str]] = {
+    ("leaderworkerset.x-k8s.io", "leaderworkersets/scale"): {"get", "update", "patch"},
+    ("disaggregatedset.x-k8s.io", "disaggregatedsetrolescalers/scale"): {"get", "update", "patch"},
+    ("", "pods"): {"create", "delete"},
+    ("", "events"): {"create", "patch"},
+    ("events.k8s.io", "events"): {"create", "patch"},
+    ("autoscaling", "horizontalpodautoscalers"): {"list"},
+}
+READS: dict[tuple[str, str], set[str]] = {
+    key: verbs - WRITES.get(key, set())
+    for key, verbs in CLUSTER_ALLOWED.items()
+    if verbs - WRITES.get(key, set())
 }
 
 
@@ -76,9 +89,36 @@ def rbac(rendered: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
     return [o for o in rendered if o["kind"] == kind]
 
 
-def test_cluster_role_is_least_privilege(rendered: list[dict[str, Any]]) -> None:
-    (cluster_role,) = rbac(rendered, "ClusterRole")
-    check_rules(cluster_role["rules"], CLUSTER_ALLOWED)
+def watched_namespaces(rendered: list[dict[str, Any]]) -> list[str]:
+    (deployment,) = rbac(rendered, "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    return [arg.split("=", 1)[1] for arg in container["args"] if arg.startswith("--namespace=")]
+
+
+def effective_grants(
+    rendered: list[dict[str, Any]],
+) -> dict[str | None, dict[tuple[str, str], set[str]]]:
+    """What the bindings give, by where: None is cluster-wide, else a RoleBinding's namespace."""
+    roles = {
+        (o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]): o
+        for o in rendered
+        if o["kind"] in ("ClusterRole", "Role")
+    }
+    scopes: dict[str | None, dict[tuple[str, str], set[str]]] = {}
+    for binding in rbac(rendered, "ClusterRoleBinding") + rbac(rendered, "RoleBinding"):
+        scope = binding["metadata"]["namespace"] if binding["kind"] == "RoleBinding" else None
+        ref = binding["roleRef"]
+        role = roles[ref["kind"], scope if ref["kind"] == "Role" else None, ref["name"]]
+        for key, verbs in grants(role["rules"]).items():
+            scopes.setdefault(scope, {}).setdefault(key, set()).update(verbs)
+    return scopes
+
+
+def test_cluster_roles_are_least_privilege(rendered: list[dict[str, Any]]) -> None:
+    cluster_roles = rbac(rendered, "ClusterRole")
+    assert len(cluster_roles) == 2, "one for reading, one for writing"
+    for cluster_role in cluster_roles:
+        check_rules(cluster_role["rules"], CLUSTER_ALLOWED)
 
 
 def test_leases_only_in_the_release_namespace(rendered: list[dict[str, Any]]) -> None:
@@ -88,17 +128,71 @@ def test_leases_only_in_the_release_namespace(rendered: list[dict[str, Any]]) ->
         assert role["metadata"]["namespace"] == NAMESPACE
         check_rules(role["rules"], LEASE_ALLOWED)
     for binding in rbac(rendered, "RoleBinding"):
-        assert binding["metadata"]["namespace"] == NAMESPACE
-        assert binding["roleRef"]["kind"] == "Role"
+        if binding["roleRef"]["kind"] == "Role":
+            assert binding["metadata"]["namespace"] == NAMESPACE
+
+
+@pytest.mark.parametrize(
+    ("values", "lease"),
+    [
+        pytest.param(None, "gang-autoscaler", id="default"),
+        pytest.param(NON_DEFAULT_VALUES, "autoscaler-leader", id="non-default"),
+    ],
+)
+def test_only_the_service_lease_can_be_read_or_renewed(
+    chart: helm.Chart, values: dict[str, Any] | None, lease: str
+) -> None:
+    (role,) = rbac(render_objects(chart, values), "Role")
+    for rule in role["rules"]:
+        if set(rule["verbs"]) - {"create"}:  # RBAC cannot limit `create` to a name
+            assert rule.get("resourceNames") == [lease], rule
+    assert {v for rule in role["rules"] for v in rule["verbs"]} == {
+        "get",
+        "create",
+        "update",
+        "patch",
+    }
 
 
 def test_service_gets_every_permission_it_needs(rendered: list[dict[str, Any]]) -> None:
-    granted: dict[tuple[str, str], set[str]] = {}
-    for obj in rbac(rendered, "ClusterRole") + rbac(rendered, "Role"):
-        for key, verbs in grants(obj["rules"]).items():
-            granted.setdefault(key, set()).update(verbs)
-    for key, verbs in REQUIRED.items():
-        assert verbs <= granted.get(key, set()), f"missing {sorted(verbs)} on {key}"
+    scopes = effective_grants(rendered)
+    namespaces = watched_namespaces(rendered)
+    needed = {None: READS} if namespaces else {None: {**READS, **WRITES}}
+    needed.update({namespace: WRITES for namespace in namespaces})
+    needed.setdefault(NAMESPACE, {}).update(LEASE_ALLOWED)
+    for scope, required in needed.items():
+        granted = {**scopes.get(scope, {})}
+        if scope is not None:  # what is granted cluster-wide holds in every namespace too
+            for key, verbs in scopes.get(None, {}).items():
+                granted[key] = granted.get(key, set()) | verbs
+        for key, verbs in required.items():
+            assert verbs <= granted.get(key, set()), f"missing {sorted(verbs)} on {key} in {scope}"
+
+
+def test_writes_only_in_the_watched_namespaces(chart: helm.Chart) -> None:
+    """With `namespaces` set the service writes nowhere else, so nothing else is granted: a
+    stolen token cannot create pods in kube-system."""
+    rendered = render_objects(chart, NON_DEFAULT_VALUES)
+    scopes = effective_grants(rendered)
+    assert watched_namespaces(rendered) == ["serving", "batch-inference"]
+    assert set(scopes) == {None, NAMESPACE, "serving", "batch-inference"}
+    for key, verbs in scopes[None].items():
+        assert not verbs & WRITES.get(key, set()), f"{sorted(verbs)} on {key} cluster-wide"
+    assert scopes["serving"] == scopes["batch-inference"] == WRITES
+
+
+def test_writes_everywhere_without_namespaces(chart: helm.Chart) -> None:
+    scopes = effective_grants(render_objects(chart, None))
+    assert set(scopes) == {None, NAMESPACE}
+    for key, verbs in WRITES.items():
+        assert verbs <= scopes[None][key], key
+
+
+def test_an_existing_service_account_must_be_named(chart: helm.Chart) -> None:
+    """Binding the namespace's `default` account would hand these grants to its every pod."""
+    values = {"serviceAccount": {"create": False, "name": "", "annotations": {}}}
+    with pytest.raises(helm.HelmError, match=r"set serviceAccount\.name"):
+        render_objects(chart, values)
 
 
 def _rule(group: str, resource: str, verb: str) -> dict[str, Any]:
@@ -126,6 +220,6 @@ def _rule(group: str, resource: str, verb: str) -> dict[str, Any]:
 def test_the_checks_catch_what_they_are_for(
     rendered: list[dict[str, Any]], bad_rule: dict[str, Any]
 ) -> None:
-    (cluster_role,) = rbac(rendered, "ClusterRole")
-    with pytest.raises(AssertionError):
-        check_rules([*cluster_role["rules"], bad_rule], CLUSTER_ALLOWED)
+    for cluster_role in rbac(rendered, "ClusterRole"):
+        with pytest.raises(AssertionError):
+            check_rules([*cluster_role["rules"], bad_rule], CLUSTER_ALLOWED)

@@ -33,8 +33,11 @@ app.kubernetes.io/component: controller
 {{- define "gang-autoscaler.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create }}
 {{- default (include "gang-autoscaler.fullname" .) .Values.serviceAccount.name }}
+{{- else if .Values.serviceAccount.name }}
+{{- .Values.serviceAccount.name }}
 {{- else }}
-{{- default "default" .Values.serviceAccount.name }}
+{{- /* binding the namespace's `default` account would give its every pod these grants */}}
+{{- fail "serviceAccount.create is false: set serviceAccount.name to the ServiceAccount the service runs as" }}
 {{- end }}
 {{- end }}
 
@@ -152,9 +155,18 @@ One source per credential, and one Authorization header: the service refuses two
 {{- if $basicAuth.username }}
 {{- $authorization = "prometheus.basicAuth" }}
 {{- end }}
-{{- range $name, $_ := $prometheus.headers }}
+{{- $spellings := dict }}
+{{- range $name, $value := $prometheus.headers }}
 {{- if and $authorization (eq (lower $name) "authorization") }}
 {{- fail (printf "prometheus.headers sets %s, and so does %s; use one" $name $authorization) }}
+{{- end }}
+{{- /* header names are case-insensitive: two spellings would go out as one header */}}
+{{- with get $spellings (lower $name) }}
+{{- fail (printf "prometheus.headers names one header twice: %s and %s" . $name) }}
+{{- end }}
+{{- $_ := set $spellings (lower $name) $name }}
+{{- if regexMatch "[\r\n]" (toString $value) }}
+{{- fail (printf "prometheus.headers: line break in the value of %s" $name) }}
 {{- end }}
 {{- end }}
 {{- $caBundle := $prometheus.caBundle }}
