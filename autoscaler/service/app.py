@@ -74,9 +74,11 @@ def lease_timing(lease_duration_s: float) -> tuple[int, int, int]:
 
 
 def default_identity() -> str:
-    """The pod name (the hostname in Kubernetes) and a per-process suffix, as client-go
-    does, so a restarted pod is a new candidate and never inherits a stale term."""
-    return f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+    """The pod name (POD_NAME from the chart's downward API, else the hostname) and a
+    per-process suffix, as client-go does, so a restarted pod is a new candidate and never
+    inherits a stale term; the Lease's holder then names the pod to look at."""
+    pod = os.environ.get("POD_NAME") or socket.gethostname()
+    return f"{pod}_{uuid.uuid4().hex[:8]}"
 
 
 def default_lease_namespace() -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import socket
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -20,7 +21,7 @@ from autoscaler.adapters.kube_state import build_state
 from autoscaler.core.decision import plan as core_plan
 from autoscaler.core.gang_plan import ComponentPlan, GangPlan, Memory, Reason
 from autoscaler.core.model import ComponentKey
-from autoscaler.service.app import _stop_executor, fit_executor, lease_timing
+from autoscaler.service.app import _stop_executor, default_identity, fit_executor, lease_timing
 from autoscaler.service.control_loop import TickRecord, plan_isolated, seed_memory
 from autoscaler.service.decisions_view import decisions_view
 from autoscaler.service.forecasts import DemandForecasts
@@ -83,6 +84,17 @@ def test_lease_timing_keeps_renew_below_lease(lease_s: float, expected: tuple[in
 def test_lease_shorter_than_three_seconds_is_refused() -> None:
     with pytest.raises(ValueError, match="at least 3s"):
         lease_timing(2.0)
+
+
+def test_leader_identity_names_the_pod_with_a_per_process_suffix(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("POD_NAME", "gang-autoscaler-7d9f-abcde")
+    first, second = default_identity(), default_identity()
+    assert first.startswith("gang-autoscaler-7d9f-abcde_")
+    assert first != second  # a restarted process never inherits the last one's term
+    monkeypatch.delenv("POD_NAME")
+    assert default_identity().startswith(f"{socket.gethostname()}_")
 
 
 def test_json_log_lines_carry_the_decision_fields() -> None:
