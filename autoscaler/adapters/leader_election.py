@@ -10,19 +10,27 @@ acquire/renew protocol; this module adds what the service needs around it:
 - After losing the lease the instance becomes a candidate again.
 - `stop()` releases the Lease (empty holder, 1 s duration, as client-go's ReleaseOnCancel),
   so a standby takes over at its next retry instead of after the full lease duration.
+- A Lease call that gets no answer (a dropped connection, a timeout) is a failed try, as in
+  client-go, not an exception out of the elector: the library catches only error answers.
+  Each call is limited to half the renew deadline, so a silent API server cannot hold a
+  renewal past the deadline.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Any
+from http import HTTPStatus
+from typing import Any, cast
 
 from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.leaderelection import electionconfig, leaderelection
 from kubernetes_asyncio.leaderelection.leaderelectionrecord import LeaderElectionRecord
 from kubernetes_asyncio.leaderelection.resourcelock.leaselock import LeaseLock
@@ -32,26 +40,61 @@ from autoscaler.adapters.kube_errors import API_CALL_ERRORS, describe
 log = logging.getLogger(__name__)
 
 
-class _TimedLeaseLock(LeaseLock):
-    """A LeaseLock that remembers when this candidate last wrote the Lease successfully."""
+class _TimeoutApi:
+    """The CoordinationV1Api with a request timeout on every call."""
 
-    def __init__(self, *args: Any, clock: Callable[[], float], **kwargs: Any) -> None:
+    def __init__(self, api: Any, *, timeout_s: float) -> None:
+        self._api = api
+        self._timeout_s = timeout_s
+
+    def __getattr__(self, name: str) -> Any:
+        call = getattr(self._api, name)
+        return functools.partial(call, _request_timeout=self._timeout_s)
+
+
+def _no_answer(err: Exception) -> ApiException:
+    """A lost answer in the shape the library's elector reads from a failed `get`."""
+    failure = ApiException(status=HTTPStatus.SERVICE_UNAVAILABLE, reason=describe(err))
+    failure.body = json.dumps({"code": int(HTTPStatus.SERVICE_UNAVAILABLE)}).encode()
+    return failure
+
+
+class _TimedLeaseLock(LeaseLock):
+    """A LeaseLock that remembers when this candidate last wrote the Lease successfully, and
+    counts a call with no answer as a failed one."""
+
+    def __init__(
+        self, *args: Any, clock: Callable[[], float], request_timeout_s: float, **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
+        self.api_instance = cast(
+            client.CoordinationV1Api, _TimeoutApi(self.api_instance, timeout_s=request_timeout_s)
+        )
         self._clock = clock
         self.last_write_s: float | None = None
+
+    async def get(self, name: str, namespace: str) -> tuple[bool, Any]:
+        try:
+            return await super().get(name, namespace)  # an error answer comes back as data
+        except API_CALL_ERRORS as err:
+            log.warning("reading the leader lease: %s", describe(err))
+            return False, _no_answer(err)
 
     async def create(
         self, name: str, namespace: str, election_record: LeaderElectionRecord
     ) -> bool:
-        started = self._clock()
-        ok = await super().create(name, namespace, election_record)
-        if ok:
-            self.last_write_s = started
-        return ok
+        return await self._write(super().create(name, namespace, election_record))
 
     async def update(self, name: str, namespace: str, updated_record: LeaderElectionRecord) -> bool:
+        return await self._write(super().update(name, namespace, updated_record))
+
+    async def _write(self, call: Awaitable[bool]) -> bool:
         started = self._clock()
-        ok = await super().update(name, namespace, updated_record)
+        try:
+            ok = await call
+        except API_CALL_ERRORS as err:
+            log.warning("writing the leader lease: %s", describe(err))
+            return False
         if ok:
             self.last_write_s = started
         return ok
@@ -76,7 +119,12 @@ class LeaderElector:
         self._api_client = api_client
         self._clock = clock
         self._lock = _TimedLeaseLock(
-            lease_name, lease_namespace, identity, api_client=api_client, clock=clock
+            lease_name,
+            lease_namespace,
+            identity,
+            api_client=api_client,
+            clock=clock,
+            request_timeout_s=renew_deadline_s / 2,
         )
         self._renew_deadline_s = renew_deadline_s
         self._config_args = (lease_duration_s, renew_deadline_s, retry_period_s)
@@ -109,7 +157,8 @@ class LeaderElector:
         return self._leading and last is not None and self._clock() - last < self._renew_deadline_s
 
     async def _lead(self) -> None:
-        self._lead_task = asyncio.current_task()
+        term = asyncio.current_task()
+        self._lead_task = term
         self._leading = True
         self.terms += 1
         self.became_leader.set()
@@ -119,8 +168,20 @@ class LeaderElector:
                 await self._on_started()
             await asyncio.Event().wait()  # until the elector cancels us on a lost lease
         finally:
-            self._leading = False
-            self.became_leader.clear()
+            if self._lead_task is term:  # a late end of an old term must not end this one
+                self._leading = False
+                self.became_leader.clear()
+
+    async def _end_term(self) -> None:
+        """Cancel the leading task of the term that just ended, and wait for it: the elector
+        cancels it without waiting, and not at all when its renew loop raised."""
+        task, self._lead_task = self._lead_task, None
+        self._leading = False
+        self.became_leader.clear()
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     async def _stopped(self) -> None:
         self._leading = False
@@ -137,7 +198,7 @@ class LeaderElector:
                 raise
             except Exception as err:  # the elector must outlive API errors
                 log.warning("leader election failed: %r; retrying", err)
-            self._leading = False
+            await self._end_term()
             await asyncio.sleep(self._config_args[2])
 
     def start(self) -> None:
@@ -153,11 +214,7 @@ class LeaderElector:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
-        if self._lead_task is not None:
-            self._lead_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._lead_task
-            self._lead_task = None
+        await self._end_term()
         if release and was_leader:
             await self._release()
 

@@ -19,6 +19,7 @@ sync, another autoscaler). After a foreign change the component is held for
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import logging
 import time
@@ -120,6 +121,13 @@ class LwsScaler:
                 return str((hpa.get("metadata") or {}).get("name"))
         return None
 
+    def forget_writes(self) -> None:
+        """Start a leadership term from what is observed: the writes of an earlier term of
+        this instance are history, and the leader in between wrote legitimately."""
+        self._last_written.clear()
+        self._in_doubt.clear()
+        self._held_until.clear()
+
     def _hold(self, key: ComponentKey, detail: str) -> None:
         self._held_until[key] = (self._clock() + self._foreign_hold_s, detail)
         # The other writer's value is the new baseline; only a change after this is foreign.
@@ -204,6 +212,10 @@ class LwsScaler:
                     body,
                     _content_type=MERGE_PATCH,
                 )
+            except asyncio.CancelledError:
+                # cut off (the tick's deadline) after the patch may have reached the server
+                self._in_doubt[key] = desired_gangs
+                raise
             except API_CALL_ERRORS as err:
                 if status_of(err) is None:
                     self._in_doubt[key] = desired_gangs

@@ -212,9 +212,11 @@ class Service:
         return self.settings.dry_run or self.is_leader()
 
     async def _became_leader(self, now_s: float) -> None:
-        """Once per term, before the first write: the balloon PriorityClass exists, and
-        balloon gangs left partial by a crash are removed (the plan recreates them whole)."""
+        """Once per term, before the first write: the /scale writes of an earlier term are
+        forgotten (another leader may have written since), the balloon PriorityClass exists,
+        and balloon gangs left partial by a crash are removed (the plan recreates them whole)."""
         log.info("%s is the leader; preparing to act", self.identity)
+        self.kube.scaler.forget_writes()
         try:
             await self.kube.ensure_priority_class()
         except KubeAdapterError as err:

@@ -499,6 +499,62 @@ async def test_a_scale_whose_answer_is_lost_is_still_ours_and_not_another_writer
     assert events(kube, "AnotherWriter") == []
 
 
+async def test_a_scale_cut_off_by_the_tick_deadline_is_ours_if_it_lands(kube, adapter):
+    """The tick's deadline cancels a patch the server has already applied: the next tick's
+    observation is our own write, not another writer's (which would hold the component for
+    10 minutes with a Warning)."""
+    add_gpu_nodes(kube, 10)
+    add_pd(kube)
+
+    async def scale(current: int, desired: int) -> ScaleResult:
+        await settle(adapter, kube)
+        state = adapter.snapshot(now_s=time.time())
+        plan = GangPlan({DECODE: component_plan(DECODE, current=current, desired=desired)})
+        report = await adapter.apply(plan, state, dry_run=False)
+        return report.components[DECODE].scale.result
+
+    assert await scale(1, 2) is ScaleResult.SCALED
+    kube.inject_fault(
+        code=0, method="PATCH", path_contains="llama-decode/scale", action="slow_answer",
+        stall_s=1.0,
+    )  # fmt: skip
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(scale(2, 3), timeout=0.5)
+    assert spec_replicas(kube, "llama-decode") == 3  # it landed
+    assert await scale(3, 4) is ScaleResult.SCALED
+    assert spec_replicas(kube, "llama-decode") == 4
+    assert events(kube, "AnotherWriter") == []
+
+
+async def test_a_new_term_starts_from_what_it_observes(kube, api):
+    """Leadership goes a -> b -> a: b's writes are legitimate, so once a forgets its earlier
+    term's writes (as the service does on every new term) it scales on, blaming nobody."""
+    add_gpu_nodes(kube, 10)
+    add_pd(kube)
+    async with kube.api_client() as api_b:
+        a, b = KubeAdapter(api, event_instance="a"), KubeAdapter(api_b, event_instance="b")
+        await a.start(sync_timeout_s=5)
+        await b.start(sync_timeout_s=5)
+        try:
+
+            async def scale(adapter: KubeAdapter, current: int, desired: int) -> ScaleResult:
+                await settle(adapter, kube)
+                state = adapter.snapshot(now_s=time.time())
+                plan = GangPlan({DECODE: component_plan(DECODE, current=current, desired=desired)})
+                report = await adapter.apply(plan, state, dry_run=False)
+                return report.components[DECODE].scale.result
+
+            assert await scale(a, 1, 2) is ScaleResult.SCALED  # a's first term
+            assert await scale(b, 2, 3) is ScaleResult.SCALED  # b's term
+            a.scaler.forget_writes()  # a's second term begins
+            assert await scale(a, 3, 4) is ScaleResult.SCALED
+            assert spec_replicas(kube, "llama-decode") == 4
+            assert events(kube, "AnotherWriter") == []
+        finally:
+            await a.close()
+            await b.close()
+
+
 async def test_a_manual_scale_is_reported_not_fought(kube, adapter, api):
     add_gpu_nodes(kube, 10)
     add_pd(kube)

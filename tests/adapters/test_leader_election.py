@@ -114,3 +114,51 @@ async def test_two_instances_with_one_lease_never_both_write():
                 await adapter_b.close()
             assert samples > 100
             assert both == []
+
+
+async def test_a_renewal_with_no_answer_ends_the_term_cleanly():
+    """Dropped connections are failed tries, as in client-go: the elector's own loop retries
+    them, and a term that ends is over before the next starts. The library catches only
+    error answers, so before, a dropped connection escaped its renew loop, the first term's
+    task was never cancelled, and when it finally ended it cleared the next term's leadership:
+    an instance renewing the Lease that would never write again."""
+    async with FakeKube.start() as kube, kube.api_client() as api:
+        a = LeaderElector(api, identity="a", lease_namespace=NS, **LEASE)
+        a.start()
+        try:
+            await asyncio.wait_for(a.became_leader.wait(), 5)
+            first_term = a._lead_task
+            assert first_term is not None
+            kube.inject_fault(
+                code=0, method="GET", path_contains="/leases/", action="disconnect", times=5
+            )
+            # five in a row outlast the renew deadline (2 s at one try a second)
+            deadline = time.monotonic() + 15
+            while not (a.terms == 2 and a.is_leader) and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            assert a.terms == 2 and a.is_leader
+            assert first_term.done()  # cancelled and waited for, not left to end later
+            await asyncio.sleep(LEASE["lease_duration_s"] + 0.5)
+            assert a.is_leader and a.terms == 2
+            assert kube.object("leases", NS, "gang-autoscaler")["spec"]["holderIdentity"] == "a"
+        finally:
+            await a.stop()
+
+
+async def test_a_silent_api_server_cannot_stall_a_renewal():
+    """Each Lease call waits at most half the renew deadline: a read held silent for 20 s
+    is given up after 1 s and retried, and the leader keeps its Lease. Without a timeout the
+    elector waited out the 20 s, and the leader stopped writing after 2 s."""
+    async with FakeKube.start() as kube, kube.api_client() as api:
+        a = LeaderElector(api, identity="a", lease_namespace=NS, **LEASE)
+        a.start()
+        try:
+            await asyncio.wait_for(a.became_leader.wait(), 5)
+            reads = len(kube.requests("GET", "/leases/"))
+            kube.inject_fault(code=0, method="GET", path_contains="/leases/", action="stall",
+                              stall_s=20)  # fmt: skip
+            await asyncio.sleep(4 * LEASE["retry_period_s"])
+            assert len(kube.requests("GET", "/leases/")) >= reads + 3  # still renewing
+            assert a.is_leader
+        finally:
+            await a.stop()

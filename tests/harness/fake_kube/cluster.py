@@ -482,9 +482,10 @@ class Cluster:
         `action="disconnect"` drops the connection instead of answering (`code` unused);
         `action="stall", stall_s=5` holds it silent for 5 s first; `action="drop_answer"`
         carries the request out and then drops the connection before the answer;
+        `action="slow_answer", stall_s=2` carries it out at once and answers 2 s later;
         `action="empty"` answers 200 with an empty body (a proxy closing a stream at once).
         """
-        if action not in ("error", "disconnect", "stall", "drop_answer", "empty"):
+        if action not in ("error", "disconnect", "stall", "drop_answer", "slow_answer", "empty"):
             raise ValueError(f"unknown fault action {action!r}")
         self.faults.append(
             Fault(method, path_contains, code, times, retry_after_s, action, stall_s)

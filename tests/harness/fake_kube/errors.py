@@ -151,6 +151,7 @@ class Fault:
     # "error": answer with `code`; "disconnect": drop the connection without an answer;
     # "stall": send nothing for `stall_s` seconds, then drop it (a dead peer behind a NAT);
     # "drop_answer": carry the request out, then drop the connection before answering;
+    # "slow_answer": carry the request out at once, answer `stall_s` seconds later;
     # "empty": answer 200 with no body at all
     action: str = "error"
     stall_s: float = 0.0

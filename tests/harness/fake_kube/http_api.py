@@ -88,6 +88,10 @@ class KubeHttpApi:
                 if request.transport is not None:
                     request.transport.close()
                 return web.Response(status=500)
+            if fault is not None and fault.action == "slow_answer":
+                response = await self._dispatch(request)  # done at once, answered late
+                await asyncio.sleep(fault.stall_s)
+                return response
             if fault is not None and fault.action == "empty":
                 return web.Response(status=200)
             if fault is not None and fault.action != "error":
