@@ -128,7 +128,7 @@ class Service:
         executor: Executor | None = None,
         forecast_step_s: float = DEFAULT_STEP_S,
         refit_interval_s: float = DEFAULT_REFIT_INTERVAL_S,
-        http_host: str = "0.0.0.0",
+        http_host: str | None = None,
         shutdown_grace_s: float = DEFAULT_SHUTDOWN_GRACE_S,
         clock: Callable[[], float] = time.time,
     ) -> None:

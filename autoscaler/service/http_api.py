@@ -68,9 +68,11 @@ def build_app(view: ServiceView) -> web.Application:
 
 
 class HttpServer:
-    """The endpoints on `host:port` (port 0: any free port, read back from `port`)."""
+    """The endpoints on `host:port` (port 0: any free port, read back from `port`). With no
+    host, every interface of both address families: the kubelet probes the pod's IP, which
+    is IPv6 on an IPv6-only or IPv6-primary cluster."""
 
-    def __init__(self, view: ServiceView, *, host: str = "0.0.0.0", port: int = 8080) -> None:
+    def __init__(self, view: ServiceView, *, host: str | None = None, port: int = 8080) -> None:
         self._runner = web.AppRunner(build_app(view), access_log=None, shutdown_timeout=1.0)
         self._host = host
         self.port = port

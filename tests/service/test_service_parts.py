@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import aiohttp
 import pytest
 from aiohttp import web
 
@@ -25,10 +26,12 @@ from autoscaler.service.app import _stop_executor, default_identity, fit_executo
 from autoscaler.service.control_loop import TickRecord, plan_isolated, seed_memory
 from autoscaler.service.decisions_view import decisions_view
 from autoscaler.service.forecasts import DemandForecasts
+from autoscaler.service.http_api import HttpServer, Probe
 from autoscaler.service.logs import JsonFormatter
 from tests.adapters.kube_fixtures import vllm_lws
 from tests.core.builders import obs, observations, policy
 from tests.harness.fake_kube import FakeKube
+from tests.harness.prometheus_server import free_port
 from tests.service.stack import DECODE, pd_manifests, settings_for, start_service, wait_until
 
 A, B = ComponentKey("serving", "a"), ComponentKey("serving", "b")
@@ -95,6 +98,43 @@ def test_leader_identity_names_the_pod_with_a_per_process_suffix(
     assert first != second  # a restarted process never inherits the last one's term
     monkeypatch.delenv("POD_NAME")
     assert default_identity().startswith(f"{socket.gethostname()}_")
+
+
+class _AlwaysHealthy:
+    def health(self) -> Probe:
+        return Probe(ok=True, detail={})
+
+    readiness = health
+
+    def metrics_exposition(self) -> tuple[bytes, str]:
+        return b"", "text/plain"
+
+    def decisions(self) -> dict[str, Any]:
+        return {}
+
+
+def _ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as sock:
+            sock.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+async def test_the_endpoints_answer_on_ipv4_and_ipv6() -> None:
+    """The kubelet probes the pod's IP, which is IPv6 on an IPv6-only cluster: the default
+    listens on both families (it listened on 0.0.0.0 only)."""
+    server = HttpServer(_AlwaysHealthy(), port=free_port())
+    await server.start()
+    try:
+        hosts = ["127.0.0.1"] + (["[::1]"] if _ipv6_loopback() else [])
+        async with aiohttp.ClientSession() as session:
+            for host in hosts:
+                async with session.get(f"http://{host}:{server.port}/healthz") as response:
+                    assert response.status == 200, host
+    finally:
+        await server.stop()
 
 
 def test_json_log_lines_carry_the_decision_fields() -> None:
