@@ -6,7 +6,7 @@ cluster can pull a mirror) with exactly the member's resource requests, limits a
 template's image pull Secrets, at priority class `gang-autoscaler-balloon` (-5). Members of one
 balloon gang share a label and a required pod affinity on the LWS's exclusive topology key,
 so the capacity they hold is capacity one real gang can use. A balloon gang with a missing
-member holds nothing a gang can use, so it is deleted whole and recreated whole.
+member holds nothing a gang can use, so it is deleted whole and a new gang replaces it.
 
 This module builds manifests and decides what to create and delete from the balloon pods
 that exist (pure functions, tested on dicts); `BalloonWriter` carries the decisions out.
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import itertools
 import json
 import logging
 from collections.abc import Iterable, Mapping
@@ -209,8 +210,8 @@ class BalloonPlan:
 
     delete_pods: tuple[str, ...]  # pod names, whole gangs only
     create_gangs: tuple[int, ...]  # gang indexes to create whole (no pod of them exists)
-    broken_gangs: tuple[int, ...]  # gangs with a missing, preempted or stale member
-    held_gangs: int  # complete, current-shape balloon gangs below the desired count
+    broken_gangs: tuple[int, ...]  # gangs deleted for a missing, preempted or stale member
+    held_gangs: int  # complete, current-shape balloon gangs kept (at most the desired count)
 
     @property
     def changes(self) -> bool:
@@ -272,6 +273,10 @@ def whole_balloon_gangs(
     )
 
 
+def _placed(members: list[Obj]) -> bool:
+    return all((p.get("spec") or {}).get("nodeName") for p in members)
+
+
 def plan_balloons(
     pods: Iterable[Obj],
     *,
@@ -280,35 +285,38 @@ def plan_balloons(
     pods_per_gang: int,
     digest: str,
 ) -> BalloonPlan:
-    """Decide deletions and creations so that gangs 0..desired-1 exist whole and current.
+    """Decide deletions and creations so that `desired_gangs` whole, current gangs exist.
 
-    Gangs at or above `desired_gangs` go (so a resize removes the highest-numbered first);
-    a gang with a missing, terminating, finished, duplicated or stale-shape member is deleted
-    whole; a gang index with no pod left at all is created. A gang whose deleted pods are still
-    terminating is recreated on a later pass, once its names are free.
+    The whole gangs kept are those already placed (every member bound to a node) first, then
+    the lowest-numbered: a placed gang holds capacity now, a Pending one only asks for it, so
+    a smaller buffer gives up Pending gangs first and a broken gang is replaced without
+    giving up a placed one. A gang with a missing, terminating, finished, duplicated or
+    stale-shape member is deleted whole. New gangs take the lowest numbers no pod holds (a
+    gang whose pods are still terminating keeps its number until they are gone).
     """
     gangs, stray = _by_gang(pods, lws_name=lws_name)
+    whole = [
+        g
+        for g, members in gangs.items()
+        if _is_whole(members, pods_per_gang=pods_per_gang, digest=digest)
+    ]
+    keep = set(sorted(whole, key=lambda g: (not _placed(gangs[g]), g))[: max(desired_gangs, 0)])
     delete: list[str] = list(stray)
     broken: list[int] = []
-    held = 0
-    occupied: set[int] = set()
     for gang, members in sorted(gangs.items()):
-        occupied.add(gang)
-        live = [p for p in members if not is_terminating(p)]
-        if gang >= desired_gangs:
-            delete.extend(str(meta(p).get("name")) for p in live)
+        if gang in keep:
             continue
-        if _is_whole(members, pods_per_gang=pods_per_gang, digest=digest):
-            held += 1
-        else:
+        live = [p for p in members if not is_terminating(p)]
+        if gang not in whole and live:
             broken.append(gang)
-            delete.extend(str(meta(p).get("name")) for p in live)
-    create = tuple(g for g in range(desired_gangs) if g not in occupied)
+        delete.extend(str(meta(p).get("name")) for p in live)
+    free = (g for g in itertools.count() if g not in gangs)
+    create = tuple(next(free) for _ in range(max(desired_gangs, 0) - len(keep)))
     return BalloonPlan(
         delete_pods=tuple(sorted(delete)),
         create_gangs=create,
         broken_gangs=tuple(broken),
-        held_gangs=held,
+        held_gangs=len(keep),
     )
 
 

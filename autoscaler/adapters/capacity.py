@@ -11,6 +11,7 @@ from collections.abc import Iterable
 
 from autoscaler.adapters.kube_objects import (
     BALLOON_FOR_LABEL,
+    GROUP_KEY_LABEL,
     MANAGED_BY_LABEL,
     MANAGED_BY_VALUE,
     Obj,
@@ -57,10 +58,14 @@ def _schedulable(node: Obj) -> bool:
 def node_capacities(nodes: Iterable[Obj], pods: Iterable[Obj]) -> tuple[NodeCapacity, ...]:
     """One `NodeCapacity` per node, sorted by node name."""
     used: dict[str, dict[str, int]] = {}
+    lws_namespaces: dict[str, set[str]] = {}
     for pod in pods:
         node_name = (pod.get("spec") or {}).get("nodeName")
         if not node_name or pod_is_finished(pod) or is_balloon(pod):
             continue
+        if GROUP_KEY_LABEL in labels(pod):
+            namespace = str(meta(pod).get("namespace", ""))
+            lws_namespaces.setdefault(str(node_name), set()).add(namespace)
         # A terminating pod still holds its resources until the kubelet lets it go.
         bucket = used.setdefault(str(node_name), {})
         for resource, amount in pod_requests(pod).items():
@@ -84,6 +89,7 @@ def node_capacities(nodes: Iterable[Obj], pods: Iterable[Obj]) -> tuple[NodeCapa
                 labels=dict(labels(node)),
                 taints=taints,
                 schedulable=_schedulable(node),
+                lws_namespaces=frozenset(lws_namespaces.get(node_name, ())),
             )
         )
     return tuple(sorted(out, key=lambda n: n.name))

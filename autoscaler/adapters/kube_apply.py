@@ -313,7 +313,8 @@ class Actuator:
                     reason="BalloonGangRecreated",
                     message=(
                         f"balloon gangs {list(balloon_plan.broken_gangs)} lost a member "
-                        "(preempted, missing or outdated); deleted whole and recreated"
+                        "(preempted, missing or outdated); deleted whole, and new gangs "
+                        "refill the buffer"
                     ),
                 )
             if result.failed:

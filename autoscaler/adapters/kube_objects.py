@@ -21,6 +21,8 @@ LWS_PLURAL = "leaderworkersets"
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
 WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
+# Set by LWS on every pod of a group; its exclusive placement keys on it.
+GROUP_KEY_LABEL = "leaderworkerset.sigs.k8s.io/group-key"
 
 # LWS v0.9+'s prefill/decode API: a DisaggregatedSet makes one LWS per role; a role with
 # `scaling.mode: External` is scaled through its DisaggregatedSetRoleScaler `<set>-<role>`.

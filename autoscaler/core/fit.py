@@ -1,8 +1,10 @@
 """Step 6: how many more whole gangs can be placed on the nodes as they are now.
 
 A gang fits only if every one of its pods fits on some node it may run on, all in one
-topology domain when the LWS names a topology key. Two nodes with 4 free GPUs each do not
-hold a gang of two 8-GPU pods, however many GPUs are free in total.
+topology domain when the LWS names an exclusive topology key, and then in a domain of its own:
+LWS's exclusive placement keeps every other group of the namespace out of it. Two nodes
+with 4 free GPUs each do not hold a gang of two 8-GPU pods, however many GPUs are free in
+total.
 
 Growth is handed out in deployment order: first every deployment below its minimum gets its
 minimum (all components together, or none of them), then remaining scale-ups one gang at a
@@ -72,15 +74,32 @@ def can_run_on(pod: PodShape, node: NodeCapacity) -> bool:
     return True
 
 
-def _domains(shape: GangShape, nodes: Sequence[NodeCapacity]) -> list[list[NodeCapacity]]:
+@dataclass(frozen=True, slots=True)
+class Room:
+    """What is left for new gangs: free resources per node, and the topology domains that
+    gangs placed in this pass have taken."""
+
+    free: FreeByNode
+    # (namespace, topology key, domain): an exclusive topology holds one gang of a namespace
+    # per domain (LWS's own anti-affinity)
+    taken: frozenset[tuple[str, str, str]] = frozenset()
+
+    @classmethod
+    def of(cls, nodes: Sequence[NodeCapacity]) -> Room:
+        return cls(free={n.name: dict(n.free) for n in nodes})
+
+
+def _domains(
+    shape: GangShape, nodes: Sequence[NodeCapacity]
+) -> list[tuple[str | None, list[NodeCapacity]]]:
     if not shape.topology_key:
-        return [list(nodes)]
+        return [(None, list(nodes))]
     by_value: dict[str, list[NodeCapacity]] = {}
     for node in nodes:
         value = node.labels.get(shape.topology_key)
         if value is not None:
             by_value.setdefault(value, []).append(node)
-    return [by_value[v] for v in sorted(by_value)]
+    return [(v, by_value[v]) for v in sorted(by_value)]
 
 
 def _pod_size(pod: PodShape) -> tuple[int, int, int]:
@@ -89,16 +108,23 @@ def _pod_size(pod: PodShape) -> tuple[int, int, int]:
 
 
 def place_gang(
-    shape: GangShape, nodes: Sequence[NodeCapacity], free: FreeByNode
-) -> FreeByNode | None:
-    """Room left after placing one more gang, or None when it does not fit.
+    shape: GangShape, nodes: Sequence[NodeCapacity], room: Room, *, namespace: str
+) -> Room | None:
+    """Room left after placing one more gang of `namespace`, or None when it does not fit.
 
     Pods go largest first, each to the eligible node it leaves fullest (best fit), which
-    keeps whole nodes free for the next gang.
+    keeps whole nodes free for the next gang. With an exclusive topology, a domain that
+    holds a gang of the same namespace (bound there, or placed in this pass) is skipped.
     """
     pods = sorted(shape.pods, key=_pod_size, reverse=True)
-    for domain in _domains(shape, nodes):
-        trial = {n.name: dict(free[n.name]) for n in domain}
+    key = shape.topology_key
+    for value, domain in _domains(shape, nodes):
+        if key is not None and value is not None:
+            if (namespace, key, value) in room.taken:
+                continue
+            if any(namespace in n.lws_namespaces for n in domain):
+                continue
+        trial = {n.name: dict(room.free[n.name]) for n in domain}
         placed_all = True
         for pod in pods:
             candidates = [
@@ -117,23 +143,13 @@ def place_gang(
             )
             trial[best.name] = subtract_resources(trial[best.name], pod.requests)
         if placed_all:
-            out = dict(free)
-            out.update(trial)
-            return out
+            free = dict(room.free)
+            free.update(trial)
+            taken = room.taken
+            if key is not None and value is not None:
+                taken = taken | {(namespace, key, value)}
+            return Room(free=free, taken=taken)
     return None
-
-
-def gangs_that_fit(shape: GangShape, nodes: Sequence[NodeCapacity], *, limit: int) -> int:
-    """How many more gangs of one shape fit now (at most `limit`)."""
-    free: FreeByNode = {n.name: dict(n.free) for n in nodes}
-    count = 0
-    while count < limit:
-        after = place_gang(shape, nodes, free)
-        if after is None:
-            break
-        free = after
-        count += 1
-    return count
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,16 +188,16 @@ def allocate_growth(
     still computed so the plan can say how many gangs wait for nodes.
     """
     ordered = sorted(requests, key=lambda r: (r.deployment, r.key))
-    free: FreeByNode = {n.name: dict(n.free) for n in nodes}
+    room = Room.of(nodes)
     granted = {r.key: r.current_gangs for r in ordered}
     fit_now = {r.key: 0 for r in ordered}
 
     def try_place(request: GrowthRequest) -> bool:
-        nonlocal free
-        after = place_gang(request.shape, nodes, free)
+        nonlocal room
+        after = place_gang(request.shape, nodes, room, namespace=request.key.namespace)
         if after is None:
             return False
-        free = after
+        room = after
         fit_now[request.key] += 1
         return True
 
@@ -194,13 +210,13 @@ def allocate_growth(
         if not starting:
             serving.extend(members)
             continue
-        saved_free, saved_fit = dict(free), dict(fit_now)
+        saved_room, saved_fit = room, dict(fit_now)
         if all(try_place(r) for r in starting):
             for r in starting:
                 granted[r.key] = 1
             serving.extend(members)
         else:
-            free, fit_now = saved_free, saved_fit
+            room, fit_now = saved_room, saved_fit
 
     def round_robin(targets: dict[ComponentKey, int]) -> None:
         active = [r for r in serving if granted[r.key] < targets[r.key]]

@@ -121,6 +121,10 @@ class NodeCapacity:
     labels: Mapping[str, str] = field(default_factory=dict)
     taints: tuple[Taint, ...] = ()
     schedulable: bool = True
+    # Namespaces of LWS pods (real ones, not balloons) bound here. LWS's exclusive placement
+    # is a required anti-affinity, within a namespace, against every other group's pods: a
+    # gang with an exclusive topology cannot join a domain where its namespace has a gang.
+    lws_namespaces: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)

@@ -135,15 +135,42 @@ def test_resize_down_removes_the_highest_numbered_gangs_first():
     assert plan.create_gangs == () and plan.held_gangs == 1
 
 
-def test_a_preempted_member_deletes_the_rest_of_its_gang_and_it_is_recreated_later():
+def test_a_preempted_member_deletes_the_rest_of_its_gang_and_a_new_gang_replaces_it():
     lws = _lws()
     pods = _existing(lws, [0, 1], drop={"vllm-balloon-0-1"})
     plan = _plan(lws, pods, 2)
     assert plan.delete_pods == ("vllm-balloon-0-0",)
     assert plan.broken_gangs == (0,)
-    assert plan.create_gangs == ()  # its name is still taken until the delete completes
+    assert plan.create_gangs == (2,)  # at once, under a number no pod holds
     after = [p for p in pods if p["metadata"]["name"] != "vllm-balloon-0-0"]
-    assert _plan(lws, after, 2).create_gangs == (0,)
+    assert _plan(lws, after, 2).create_gangs == (0,)  # a number is free once its pods are gone
+
+
+def _bind(pods, *names):
+    for pod in pods:
+        if pod["metadata"]["name"] in names:
+            pod["spec"]["nodeName"] = "gpu-" + pod["metadata"]["name"]
+    return pods
+
+
+def test_a_smaller_buffer_gives_up_pending_gangs_and_keeps_placed_ones():
+    lws = _lws()
+    pods = _bind(_existing(lws, [0, 1, 2]), "vllm-balloon-2-0", "vllm-balloon-2-1")
+    plan = _plan(lws, pods, 1)
+    assert plan.delete_pods == tuple(f"vllm-balloon-{g}-{m}" for g in (0, 1) for m in (0, 1))
+    assert plan.held_gangs == 1 and plan.create_gangs == () and plan.broken_gangs == ()
+
+
+def test_a_broken_gang_never_costs_a_placed_one():
+    """A real pod preempts gang 0 as the buffer drops from 2 to 1: the placed gang 1 stays.
+    Keeping gangs by number deleted both and left the buffer Pending, a node lead time."""
+    lws = _lws()
+    pods = _bind(
+        _existing(lws, [0, 1], drop={"vllm-balloon-0-1"}), "vllm-balloon-1-0", "vllm-balloon-1-1"
+    )
+    plan = _plan(lws, pods, 1)
+    assert plan.delete_pods == ("vllm-balloon-0-0",) and plan.broken_gangs == (0,)
+    assert plan.held_gangs == 1 and plan.create_gangs == ()
 
 
 def test_terminating_members_are_not_deleted_twice():

@@ -882,7 +882,7 @@ async def test_a_balloon_gang_missing_one_member_is_deleted_whole_and_recreated(
     assert applied.balloon_plan.broken_gangs == (0,)
     (recreated,) = events(kube, "BalloonGangRecreated")
     assert "balloon gangs [0]" in recreated["message"]
-    # The survivor was deleted this pass; the next pass recreates the gang whole.
+    # The survivor was deleted this pass, and a new gang replaces it whole.
     await settle(adapter, kube)
     await adapter.apply(plan, adapter.snapshot(now_s=time.time()), dry_run=False)
     balloons = balloon_pods(kube, "llama-decode")

@@ -459,6 +459,44 @@ def test_no_scale_up_stacks_on_starting_gangs_unless_the_need_grew(
             2,
             id="same-domain-fits",
         ),
+        pytest.param(
+            tuple(node(n, gpus=8, zone="z1") for n in "abcd"),
+            shape(pods_per_gang=2, gpus=8, topology_key="zone"),
+            2,
+            id="an-exclusive-domain-holds-one-new-gang-however-large",
+        ),
+        pytest.param(
+            (
+                replace(node("a", gpus=8, zone="z1"), lws_namespaces=frozenset({"serving"})),
+                node("b", gpus=8, zone="z1"),
+                node("c", gpus=8, zone="z1"),
+                node("d", gpus=8, zone="z2"),
+                node("e", gpus=8, zone="z2"),
+            ),
+            shape(pods_per_gang=2, gpus=8, topology_key="zone"),
+            2,
+            id="a-domain-with-a-gang-of-the-namespace-is-taken",
+        ),
+        pytest.param(
+            (
+                replace(node("a", gpus=8, zone="z1"), lws_namespaces=frozenset({"batch"})),
+                node("b", gpus=8, zone="z1"),
+                node("c", gpus=8, zone="z1"),
+            ),
+            shape(pods_per_gang=2, gpus=8, topology_key="zone"),
+            2,
+            id="another-namespace-does-not-take-the-domain",
+        ),
+        pytest.param(
+            (
+                replace(node("a", gpus=8, zone="z1"), lws_namespaces=frozenset({"serving"})),
+                node("b", gpus=8, zone="z1"),
+                node("c", gpus=8, zone="z1"),
+            ),
+            shape(pods_per_gang=2, gpus=8, topology_key="zone"),
+            1,
+            id="no-free-domain-no-gang",
+        ),
     ],
 )
 def test_scale_up_is_capped_at_what_fits_when_the_cluster_cannot_grow(
