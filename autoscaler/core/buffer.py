@@ -21,16 +21,17 @@ def balloon_gangs(
     forecast: Forecast | None,
     capacity: float | None,
     desired_gangs: int,
+    current_balloons: int,
 ) -> tuple[int, Reason, str]:
-    if not policy.forecast or forecast is None or capacity is None:
-        why = (
-            "forecast off"
-            if not policy.forecast
-            else "no forecast yet"
-            if forecast is None
-            else "capacity per gang unknown"
-        )
-        return policy.min_buffer, Reason.BUFFER_NO_FORECAST, why
+    """With the forecast off, the buffer is `min-buffer`. With it on but no forecast or no
+    capacity per gang to read it by (a forecaster error, a restart before back-fill), the
+    balloon gangs held stay within the bounds: missing data never gives capacity back."""
+    if not policy.forecast:
+        return policy.min_buffer, Reason.BUFFER_NO_FORECAST, "forecast off"
+    if forecast is None or capacity is None:
+        why = "no forecast yet" if forecast is None else "capacity per gang unknown"
+        held = min(max(current_balloons, policy.min_buffer), policy.max_buffer)
+        return held, Reason.BUFFER_NO_FORECAST, f"{why}; holding {held} balloon gangs"
     upper_gangs = gangs_for_demand(forecast.upper, capacity)
     wanted = upper_gangs - desired_gangs
     detail = f"upper bound {forecast.upper:g} needs {upper_gangs} gangs, {desired_gangs} desired"

@@ -19,6 +19,9 @@ LEARNING_WEIGHT = 0.2
 # Below this usage ratio the component is not loaded enough for its throughput to say
 # anything about what it could serve.
 MIN_RATIO_TO_LEARN = 0.9
+# Smallest capacity per gang worth learning, in the demand unit (tokens/s): below it a
+# sample is a rounding artefact, not a gang.
+MIN_CAPACITY = 1e-6
 
 
 def learn_capacity(
@@ -40,6 +43,8 @@ def learn_capacity(
     ):
         return previous
     sample = demand / ready / usage_ratio
+    if not (math.isfinite(sample) and sample >= MIN_CAPACITY):
+        return previous  # a denormal or absurd reading would divide by ~0 next tick
     if previous is None:
         return sample
     return (1 - LEARNING_WEIGHT) * previous + LEARNING_WEIGHT * sample

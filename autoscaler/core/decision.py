@@ -40,6 +40,7 @@ from autoscaler.core.reactive import DEFAULT_TOLERANCE, demand_proposal, reactiv
 from autoscaler.core.stabilization import (
     limit_scale_up,
     prune_proposals,
+    remember_hold,
     stabilize_scale_down,
 )
 
@@ -57,6 +58,7 @@ class _Draft:
     memory: ComponentMemory
     capacity: float | None
     need: int  # the proposal before limits, remembered at a scale-up
+    forecast: Forecast | None = None  # a usable one (finite point and bound), else None
     forgotten_capacity: float | None = None  # learned for another gang template
     steps: list[Step] = field(default_factory=list)
 
@@ -84,6 +86,17 @@ def _held(
         ),
         memory,
     )
+
+
+def _held_on_policy_error(
+    obs: ComponentObservation, detail: str, memory: ComponentMemory, *, now: float
+) -> tuple[ComponentPlan, ComponentMemory]:
+    """Hold, and remember the hold in the scale-down window as a tick without data is: once
+    the annotation is fixed, the window still holds the gangs, instead of the first valid
+    reading dropping every gang the load no longer seems to need in one tick."""
+    held, _ = _held(obs, Reason.HOLD_POLICY_ERROR, detail, memory)
+    proposals = remember_hold(memory.proposals, obs.spec_gangs, now=now)
+    return held, replace(memory, proposals=proposals)
 
 
 def hold_every_component(
@@ -132,6 +145,10 @@ def _draft(
         first_seen=memory.not_ready_first_seen,
     )
     proposal = reactive_proposal(obs, policy, tolerance=tolerance)
+    if forecast is not None and not (
+        math.isfinite(forecast.point) and math.isfinite(forecast.upper)
+    ):
+        forecast = None  # a forecaster's NaN or inf is no forecast
     # What one gang served under another template (a new image, model or parallelism) says
     # nothing about this one, and a stale low value would never be corrected: the floor it
     # sets keeps the component below the load at which learning happens.
@@ -154,6 +171,7 @@ def _draft(
         ),
         capacity=capacity,
         need=current,
+        forecast=forecast,
         forgotten_capacity=None if same_template else memory.learned_capacity_per_gang,
     )
     draft.step("reactive", proposal.gangs, proposal.reason, proposal.detail)
@@ -302,8 +320,9 @@ def _roll_back(
     floor = d.policy.min_replicas
     if pd and deployment_up:
         floor = max(floor, functional_minimum(d.policy))
-    keep = spec - d.ages.top_timed_out
-    if d.ages.top_timed_out and d.gangs > keep and keep >= floor:
+    # Down to the floor at most: when every gang timed out, those above it still go.
+    keep = max(spec - d.ages.top_timed_out, min(floor, spec))
+    if d.ages.top_timed_out and d.gangs > keep and keep < spec:
         d.step(
             "partial_gangs",
             keep,
@@ -333,8 +352,8 @@ def plan(
         obs = observations.components[key]
         policy = policies.get(key)
         if policy is None:
-            plans[key], memories[key] = _held(
-                obs, Reason.HOLD_POLICY_ERROR, "no valid policy", memory.of(key)
+            plans[key], memories[key] = _held_on_policy_error(
+                obs, "no valid policy", memory.of(key), now=now
             )
             continue
         by_deployment.setdefault(deployment_key(key, policy), {})[key] = policy
@@ -347,8 +366,8 @@ def plan(
                 why = "; ".join(str(p) for p in problems.get(key, ())) or (
                     f"another component of deployment {dep} has a policy problem"
                 )
-                plans[key], memories[key] = _held(
-                    observations.components[key], Reason.HOLD_POLICY_ERROR, why, memory.of(key)
+                plans[key], memories[key] = _held_on_policy_error(
+                    observations.components[key], why, memory.of(key), now=now
                 )
             continue
         for key, policy in members.items():
@@ -376,9 +395,10 @@ def plan(
             rolled, stuck = _roll_back(d, deployment_up=deployment_up, pd=pd)
             balloons, balloon_reason, balloon_detail = balloon_gangs(
                 policy=d.policy,
-                forecast=forecasts.get(key),
+                forecast=d.forecast,
                 capacity=d.capacity,
                 desired_gangs=d.gangs,
+                current_balloons=d.obs.balloon_gangs,
             )
             d.steps.append(Step("buffer", balloons, balloon_reason, balloon_detail))
             if d.gangs > d.obs.spec_gangs:

@@ -2,9 +2,10 @@
 
 Each signal proposes `ceil(ready_gangs * observed / target)` (for the queue, whose sum over
 gangs is what is observed, that is `ceil(waiting / target_waiting)`), unless the usage ratio
-is within the tolerance band, in which case it proposes the current count. The largest
-proposal wins. A missing signal proposes nothing; if every signal is missing the component
-holds, and if only some are missing it may grow but never shrink.
+is within the tolerance band, in which case it proposes the current count. Over target it
+proposes at least the current count, whatever is not ready yet (HPA's rule for unready
+pods). The largest proposal wins. A missing signal proposes nothing; if every signal is
+missing the component holds, and if only some are missing it may grow but never shrink.
 
 Must not import: asyncio, aiohttp, kubernetes_asyncio, prometheus_api_client, statsmodels.
 """
@@ -46,7 +47,14 @@ def _signal_proposal(
     if abs(ratio - 1.0) <= tolerance:
         return current_gangs, ratio
     # The small epsilon keeps 2 * 4.0 / 4.0 from becoming 3 through float noise.
-    return math.ceil(ready_gangs * ratio - 1e-9), ratio
+    wanted = math.ceil(ready_gangs * ratio - 1e-9)
+    if ratio > 1.0:
+        # Over target, gangs not ready yet (starting) are counted as idle, as HPA counts
+        # unready pods on a scale-up; when that reverses the direction it holds. Over target
+        # never proposes fewer gangs than there are: that would scale away gangs still
+        # loading their weights while the ready ones are overloaded.
+        return max(wanted, current_gangs), ratio
+    return wanted, ratio
 
 
 def reactive_proposal(

@@ -16,6 +16,20 @@ def prune_proposals(
     return tuple((t, g) for t, g in history if now - t <= window_s)
 
 
+def remember_hold(
+    history: tuple[tuple[float, int], ...], gangs: int, *, now: float
+) -> tuple[tuple[float, int], ...]:
+    """Add a hold at `gangs` to the window's history when no window is known (the policy is
+    invalid), dropping every entry a newer one at least as high outranks: the highest in
+    any window ending now or later is the same, and the history of a long hold stays short."""
+    kept = [(t, g) for t, g in history if g > gangs]
+    out: list[tuple[float, int]] = []
+    for t, g in reversed(kept):  # newest first: keep an entry only above all newer ones
+        if not out or g > out[-1][1]:
+            out.append((t, g))
+    return (*reversed(out), (now, gangs))
+
+
 def stabilize_scale_down(
     history: tuple[tuple[float, int], ...],
     proposal: int,

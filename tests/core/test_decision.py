@@ -658,3 +658,91 @@ def test_memory_is_a_new_value_and_the_input_is_untouched():
     before = replace(memory.of(KEY))
     plan(observations(obs(ready=2, waiting=30)), {KEY: policy()}, {}, memory, now=NOW)
     assert memory.of(KEY) == before
+
+
+# --- holding what exists on missing or broken input ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("waiting", "kv"),
+    [
+        pytest.param(0, 0.96, id="kv-over-target"),
+        pytest.param(12, 0.5, id="queue-over-target"),
+    ],
+)
+def test_gangs_still_starting_are_kept_while_the_ready_ones_are_over_target(waiting, kv):
+    """2 ready gangs over target and 2 still loading their weights: HPA counts unready pods
+    as idle on a scale-up and holds when that reverses the direction. Proposing
+    ceil(2 x 1.2) = 3 from the ready gangs alone scaled a starting gang away."""
+    component = obs(
+        ready=2,
+        spec=4,
+        waiting=waiting,
+        kv=kv,
+        gangs=gangs_with((2, 2, None), (2, 2, None), (2, 0, NOW - 60), (2, 0, NOW - 60)),
+    )
+    result, _ = decide(component, policy(target_waiting=4, scale_down_window="0s"))
+    assert result.desired_gangs == 4
+
+
+def test_every_gang_timed_out_still_rolls_back_down_to_the_minimum():
+    component = obs(
+        ready=0,
+        spec=3,
+        waiting=None,
+        kv=None,
+        gangs=gangs_with((1, 0, NOW - 900), (1, 0, NOW - 900), (1, 0, NOW - 900)),
+    )
+    result, _ = decide(component, policy(min_replicas=1, gang_timeout="10m"))
+    assert result.desired_gangs == 1
+    assert result.rolled_back_groups == (1, 2)
+    assert result.stuck_groups == (0,)
+    assert result.reason is Reason.PARTIAL_GANG_ROLLED_BACK
+
+
+@pytest.mark.parametrize(
+    ("fc", "why"),
+    [
+        pytest.param(None, "no forecast yet", id="no-forecast"),
+        pytest.param(forecast(float("nan")), "no forecast yet", id="nan-forecast"),
+        pytest.param(forecast(1_000, upper=float("inf")), "no forecast yet", id="inf-bound"),
+    ],
+)
+def test_balloon_gangs_are_kept_while_there_is_no_usable_forecast(fc, why):
+    """A forecaster's error or a restart before back-fill must not give capacity back: the
+    buffer is missing data too (it used to drop to min-buffer at once)."""
+    component = obs(ready=2, waiting=8, kv=0.78, balloons=2)
+    pol = policy(capacity_per_replica=1000, min_buffer=0, max_buffer=3)
+    result, _ = decide(component, pol, fc=fc)
+    assert (result.balloon_gangs, result.balloon_reason) == (2, Reason.BUFFER_NO_FORECAST)
+    assert why in next(s.detail for s in result.steps if s.stage == "buffer")
+    assert result.desired_gangs == 2  # no floor from a NaN either
+
+
+def test_a_balloon_count_above_max_buffer_is_brought_within_it_without_a_forecast():
+    component = obs(ready=2, waiting=8, kv=0.78, balloons=5)
+    result, _ = decide(component, policy(capacity_per_replica=1000, max_buffer=3))
+    assert result.balloon_gangs == 3
+
+
+def test_fixing_a_policy_does_not_drop_the_gangs_its_window_would_have_kept():
+    """Ten minutes held on a bad annotation, then fixed with the load gone: the scale-down
+    window still holds the gangs, as after a tick without data."""
+    busy = obs(ready=6, waiting=8, kv=0.78)
+    memory = Memory()
+    for tick in range(40):  # 10 minutes of 15 s ticks on a bad policy
+        _, memory = plan(observations(busy), {}, {}, memory, now=NOW - 600 + 15 * tick)
+    idle = obs(ready=6, waiting=0, kv=0.1)
+    result, _ = decide(idle, policy(scale_down_window="5m"), memory=memory.of(idle.key))
+    assert result.desired_gangs == 6
+    assert result.reason is Reason.SCALE_DOWN_STABILIZED
+    assert len(memory.of(idle.key).proposals) == 1  # a long hold keeps the history short
+
+
+def test_a_denormal_demand_is_not_learned_as_a_capacity_of_zero():
+    """5e-324 tokens/s over a saturated component learned 0.0 per gang, and the next tick's
+    forecast floor divided by it."""
+    _, memory = decide(obs(ready=2, waiting=12, kv=0.5, demand=5e-324), policy())
+    assert memory.learned_capacity_per_gang is None
+    result, _ = decide(obs(ready=2, waiting=4, kv=0.6), policy(), fc=forecast(100), memory=memory)
+    assert result.desired_gangs == 2
