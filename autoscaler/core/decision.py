@@ -309,6 +309,22 @@ def _fit(drafts: Mapping[ComponentKey, _Draft], observations: Observations) -> N
             )
 
 
+def _detail(d: _Draft) -> str:
+    """Why the count is what it is: the detail of the last step that gave the reason, and
+    the fit step's note when some of the gangs wait for nodes (that step keeps the reason of
+    the step before it, whose detail it must not replace)."""
+    why = next(
+        (s.detail for s in reversed(d.steps) if s.reason is d.reason and s.stage != "fit"), ""
+    )
+    waiting = next(
+        (s.detail for s in d.steps if s.stage == "fit" and s.reason is not Reason.CAPACITY_SHORT),
+        "",
+    )
+    if d.reason is Reason.CAPACITY_SHORT:
+        why = next((s.detail for s in reversed(d.steps) if s.stage == "fit"), why)
+    return "; ".join(part for part in (why, waiting) if part)
+
+
 def _roll_back(
     d: _Draft, *, deployment_up: bool, pd: bool
 ) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -415,7 +431,7 @@ def plan(
                 stuck_groups=stuck,
                 capacity_per_gang=d.capacity,
                 forgotten_capacity_per_gang=d.forgotten_capacity,
-                detail=next((s.detail for s in reversed(d.steps) if s.reason is d.reason), ""),
+                detail=_detail(d),
             )
             memories[key] = d.memory
 

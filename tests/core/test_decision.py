@@ -514,6 +514,11 @@ def test_scale_up_beyond_fit_is_still_requested_when_the_cluster_can_grow():
     result, _ = decide(component, policy(), nodes=(node("a", gpus=4),), can_grow=True)
     assert result.desired_gangs == 3
     assert any("wait for nodes" in s.detail for s in result.steps if s.stage == "fit")
+    # the plan says why the count is 3 (Events, /decisions), then what waits for nodes
+    assert result.reason is Reason.SCALE_UP_RATE_LIMITED
+    assert result.detail == (
+        "at most 2 gangs added per tick; 0 of 2 more gangs fit now; the rest wait for nodes"
+    )
 
 
 # --- deployment coupling -------------------------------------------------------------------
