@@ -165,6 +165,13 @@ def balloon_gang_manifests(
         )
     if not uid:
         raise BalloonShapeError(f"LWS {lws_name!r} has no uid; cannot own balloon pods")
+    claims = sorted({c for pod in shape.pods for c in pod.resource_claims})
+    if claims:
+        raise BalloonShapeError(
+            f"LWS {lws_name!r} claims its devices through Dynamic Resource Allocation "
+            f"(resourceClaims {claims}); a balloon pod cannot hold claimed devices for it, so "
+            "none is made (set gang-autoscaler.io/min-buffer and max-buffer to 0)"
+        )
     gang_labels = {BALLOON_FOR_LABEL: lws_name, BALLOON_GANG_LABEL: str(gang_index)}
     term = (
         {"labelSelector": {"matchLabels": dict(gang_labels)}, "topologyKey": shape.topology_key}

@@ -121,6 +121,9 @@ class PodShape:
     image_pull_secrets: tuple[Mapping[str, Any], ...] = ()
     # The template's own `overhead`, already counted in `requests` and `limits`.
     overhead: Resources = field(default_factory=dict)
+    # Names of the template's `resourceClaims` (Dynamic Resource Allocation): devices that
+    # are not in `requests`, so a placeholder copying the requests would hold none of them.
+    resource_claims: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,6 +230,9 @@ def pod_shape_from_spec(pod_spec: Mapping[str, Any]) -> PodShape:
         topology_spread_constraints=tuple(pod_spec.get("topologySpreadConstraints") or ()),
         image_pull_secrets=tuple(pod_spec.get("imagePullSecrets") or ()),
         overhead={k: parse_quantity(k, v) for k, v in (pod_spec.get("overhead") or {}).items()},
+        resource_claims=tuple(
+            str(claim.get("name", "")) for claim in pod_spec.get("resourceClaims") or ()
+        ),
     )
 
 

@@ -97,6 +97,18 @@ def test_a_name_too_long_for_a_label_is_refused_clearly():
         balloon_gang_manifests(lws, shape=gang_shape_from_lws(lws), gang_index=0, image=PAUSE_IMAGE)
 
 
+def test_a_template_whose_devices_come_from_resource_claims_gets_no_balloons():
+    """With Dynamic Resource Allocation the GPUs are claimed, not requested: a pause pod
+    copying the requests held none of them, and the buffer counted it as held."""
+    lws = _lws()
+    for tpl in ("leaderTemplate", "workerTemplate"):
+        spec = lws["spec"]["leaderWorkerTemplate"][tpl]["spec"]
+        spec["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": "eight-h100"}]
+        del spec["containers"][0]["resources"]["limits"]["nvidia.com/gpu"]
+    with pytest.raises(BalloonShapeError, match=r"resourceClaims \['gpus'\]"):
+        balloon_gang_manifests(lws, shape=gang_shape_from_lws(lws), gang_index=0, image=PAUSE_IMAGE)
+
+
 def _existing(lws, gangs, *, drop=(), terminating=(), digest_of=None, image=PAUSE_IMAGE):
     shape = gang_shape_from_lws(digest_of or lws)
     pods = []
