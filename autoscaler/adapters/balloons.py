@@ -48,6 +48,8 @@ from autoscaler.adapters.kube_objects import (
     is_terminating,
     labels,
     meta,
+    parse_time_s,
+    pod_is_bound,
     pod_is_finished,
 )
 from autoscaler.core.shape import GangShape, PodShape, Resources, subtract_resources
@@ -281,7 +283,19 @@ def whole_balloon_gangs(
 
 
 def _placed(members: list[Obj]) -> bool:
-    return all((p.get("spec") or {}).get("nodeName") for p in members)
+    return all(pod_is_bound(p) for p in members)
+
+
+def _split_for(members: list[Obj], *, now_s: float) -> float:
+    """How long a gang has had members placed and others Pending (0 when it has not): a
+    placed member pins the rest to its domain by the gang's pod affinity, and where that
+    domain is full they wait there for good, holding a node no gang can use."""
+    pending = [p for p in members if not pod_is_bound(p)]
+    if not pending or len(pending) == len(members):
+        return 0.0
+    created = [parse_time_s(meta(p).get("creationTimestamp")) for p in pending]
+    known = [t for t in created if t is not None]
+    return max(0.0, now_s - min(known)) if known else 0.0
 
 
 def plan_balloons(
@@ -291,6 +305,8 @@ def plan_balloons(
     desired_gangs: int,
     pods_per_gang: int,
     digest: str,
+    now_s: float | None = None,
+    split_timeout_s: float | None = None,
 ) -> BalloonPlan:
     """Decide deletions and creations so that `desired_gangs` whole, current gangs exist.
 
@@ -299,13 +315,22 @@ def plan_balloons(
     a smaller buffer gives up Pending gangs first and a broken gang is replaced without
     giving up a placed one. A gang with a missing, terminating, finished, duplicated or
     stale-shape member is deleted whole. New gangs take the lowest numbers no pod holds (a
-    gang whose pods are still terminating keeps its number until they are gone).
+    gang whose pods are still terminating keeps its number until they are gone). With
+    `now_s` and `split_timeout_s`, a gang split between placed and Pending members for longer
+    than the timeout counts as broken too, and is replaced.
     """
     gangs, stray = _by_gang(pods, lws_name=lws_name)
+
+    def split_too_long(members: list[Obj]) -> bool:
+        if now_s is None or split_timeout_s is None:
+            return False
+        return _split_for(members, now_s=now_s) > split_timeout_s
+
     whole = [
         g
         for g, members in gangs.items()
         if _is_whole(members, pods_per_gang=pods_per_gang, digest=digest)
+        and not split_too_long(members)
     ]
     keep = set(sorted(whole, key=lambda g: (not _placed(gangs[g]), g))[: max(desired_gangs, 0)])
     delete: list[str] = list(stray)

@@ -162,7 +162,9 @@ class Actuator:
             plan = gang_plan.components.get(key)
             mine = grouped.get((key.namespace, key.lws), []) if grouped is not None else None
             try:
-                out[key] = await self._apply_one(comp, plan, mine, dry_run=dry_run)
+                out[key] = await self._apply_one(
+                    comp, plan, mine, dry_run=dry_run, now_s=state.taken_at_s
+                )
             except KubeAdapterError as err:
                 if isinstance(err, NotLeader):
                     raise
@@ -238,6 +240,7 @@ class Actuator:
         balloon_pods: Sequence[Obj] | None,
         *,
         dry_run: bool,
+        now_s: float,
     ) -> ComponentApplied:
         """`balloon_pods`: this LWS's balloon pods, None when they could not be listed."""
         found = comp.discovered
@@ -298,6 +301,8 @@ class Actuator:
             desired_gangs=plan.balloon_gangs,
             pods_per_gang=found.shape.pods_per_gang,
             digest=shape_digest(found.shape, image=self._balloons.image),
+            now_s=now_s,
+            split_timeout_s=None if found.policy is None else found.policy.gang_timeout_s,
         )
         result: BalloonResult | None = None
         if balloon_plan.changes and not dry:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from datetime import datetime
 
 import kubernetes_validate
 import pytest
@@ -171,6 +172,45 @@ def test_a_smaller_buffer_gives_up_pending_gangs_and_keeps_placed_ones():
     plan = _plan(lws, pods, 1)
     assert plan.delete_pods == tuple(f"vllm-balloon-{g}-{m}" for g in (0, 1) for m in (0, 1))
     assert plan.held_gangs == 1 and plan.create_gangs == () and plan.broken_gangs == ()
+
+
+def _created(pods, when):
+    for pod in pods:
+        pod["metadata"]["creationTimestamp"] = when
+    return pods
+
+
+@pytest.mark.parametrize(
+    ("bound", "age_s", "replaced"),
+    [
+        pytest.param(("vllm-balloon-0-0",), 700, True, id="split-past-the-timeout"),
+        pytest.param(("vllm-balloon-0-0",), 500, False, id="split-within-the-timeout"),
+        pytest.param((), 700, False, id="all-pending-waits-for-nodes"),
+    ],
+)
+def test_a_gang_split_between_a_placed_and_a_pending_member_is_replaced(bound, age_s, replaced):
+    """The leader took the last free node of a full rack; the worker, held to that rack by
+    the gang's affinity, waits there for good, and the buffer counted the gang as held."""
+    lws = _lws()
+    created = "2026-11-22T01:00:00Z"
+    now_s = datetime.fromisoformat("2026-11-22T01:00:00+00:00").timestamp() + age_s
+    pods = _bind(_created(_existing(lws, [0]), created), *bound)
+    shape = gang_shape_from_lws(lws)
+    plan = plan_balloons(
+        pods,
+        lws_name="vllm",
+        desired_gangs=1,
+        pods_per_gang=shape.pods_per_gang,
+        digest=shape_digest(shape, image=PAUSE_IMAGE),
+        now_s=now_s,
+        split_timeout_s=600,
+    )
+    if replaced:
+        assert plan.broken_gangs == (0,) and plan.held_gangs == 0
+        assert plan.delete_pods == ("vllm-balloon-0-0", "vllm-balloon-0-1")
+        assert plan.create_gangs == (1,)
+    else:
+        assert not plan.changes and plan.held_gangs == 1
 
 
 def test_a_broken_gang_never_costs_a_placed_one():
