@@ -107,6 +107,28 @@ def _pod_size(pod: PodShape) -> tuple[int, int, int]:
     return (r.get("nvidia.com/gpu", 0), r.get("cpu", 0), r.get("memory", 0))
 
 
+def _best_fit(
+    pods: Sequence[PodShape], domain: Sequence[NodeCapacity], free: FreeByNode
+) -> FreeByNode | None:
+    """The domain's room after placing `pods` in this order, each on the eligible node it
+    leaves fullest; None when one of them finds no node."""
+    trial = {n.name: dict(free[n.name]) for n in domain}
+    for pod in pods:
+        candidates = [n for n in domain if can_run_on(pod, n) and fits(pod.requests, trial[n.name])]
+        if not candidates:
+            return None
+        best = min(
+            candidates,
+            key=lambda n: (
+                trial[n.name].get("nvidia.com/gpu", 0) - pod.requests.get("nvidia.com/gpu", 0),
+                trial[n.name].get("cpu", 0),
+                n.name,
+            ),
+        )
+        trial[best.name] = subtract_resources(trial[best.name], pod.requests)
+    return trial
+
+
 def place_gang(
     shape: GangShape, nodes: Sequence[NodeCapacity], room: Room, *, namespace: str
 ) -> Room | None:
@@ -116,7 +138,13 @@ def place_gang(
     keeps whole nodes free for the next gang. With an exclusive topology, a domain that
     holds a gang of the same namespace (bound there, or placed in this pass) is skipped.
     """
-    pods = sorted(shape.pods, key=_pod_size, reverse=True)
+    largest_first = sorted(shape.pods, key=_pod_size, reverse=True)
+    # Best fit in one order can strand a pod that another order places (a leader that
+    # needs CPU, workers that need memory): a gang has at most two pod shapes, so the
+    # reverse order is the one other worth trying.
+    orders = [largest_first]
+    if shape.leader != shape.worker:
+        orders.append(largest_first[::-1])
     key = shape.topology_key
     for value, domain in _domains(shape, nodes):
         if key is not None and value is not None:
@@ -124,25 +152,9 @@ def place_gang(
                 continue
             if any(namespace in n.lws_namespaces for n in domain):
                 continue
-        trial = {n.name: dict(room.free[n.name]) for n in domain}
-        placed_all = True
-        for pod in pods:
-            candidates = [
-                n for n in domain if can_run_on(pod, n) and fits(pod.requests, trial[n.name])
-            ]
-            if not candidates:
-                placed_all = False
-                break
-            best = min(
-                candidates,
-                key=lambda n: (
-                    trial[n.name].get("nvidia.com/gpu", 0) - pod.requests.get("nvidia.com/gpu", 0),
-                    trial[n.name].get("cpu", 0),
-                    n.name,
-                ),
-            )
-            trial[best.name] = subtract_resources(trial[best.name], pod.requests)
-        if placed_all:
+        tries = (_best_fit(order, domain, room.free) for order in orders)
+        trial = next((t for t in tries if t is not None), None)
+        if trial is not None:
             free = dict(room.free)
             free.update(trial)
             taken = room.taken

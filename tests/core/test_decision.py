@@ -8,8 +8,9 @@ import pytest
 
 from autoscaler.core.decision import hold_every_component, plan
 from autoscaler.core.gang_plan import ComponentMemory, Memory, Reason
-from autoscaler.core.model import ComponentKey, GangStatus
+from autoscaler.core.model import ComponentKey, GangStatus, NodeCapacity
 from autoscaler.core.policy import Policy
+from autoscaler.core.shape import GangShape, PodShape
 from tests.core.builders import forecast, node, obs, observations, policy, ready_gangs, shape
 
 NOW = 10_000.0
@@ -507,6 +508,22 @@ def test_scale_up_is_capped_at_what_fits_when_the_cluster_cannot_grow(
     assert result.desired_gangs == expected_gangs
     if expected_gangs == 1:
         assert result.reason is Reason.CAPACITY_SHORT
+
+
+def test_a_gang_fits_when_only_its_workers_can_go_first():
+    """The leader needs CPU, the worker memory: best fit leader-first put the leader on the
+    only node with the worker's memory and found no room, though worker-first fits."""
+    gib = 2**30
+    leader = PodShape(requests={"nvidia.com/gpu": 4, "cpu": 10_000, "memory": 1 * gib})
+    worker = PodShape(requests={"nvidia.com/gpu": 4, "cpu": 5_000, "memory": 100 * gib})
+    gang = GangShape(leader=leader, worker=worker, pods_per_gang=2)
+    nodes = (
+        NodeCapacity("a", free={"nvidia.com/gpu": 4, "cpu": 10_000, "memory": 200 * gib}),
+        NodeCapacity("b", free={"nvidia.com/gpu": 4, "cpu": 50_000, "memory": 1 * gib}),
+    )
+    component = obs(ready=1, waiting=40, kv=0.5, gang_shape=gang)
+    result, _ = decide(component, policy(), nodes=nodes, can_grow=False)
+    assert result.desired_gangs == 2
 
 
 def test_scale_up_beyond_fit_is_still_requested_when_the_cluster_can_grow():
