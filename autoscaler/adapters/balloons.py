@@ -144,12 +144,16 @@ def shape_digest(shape: GangShape, *, image: str) -> str:
     """A short digest of everything a balloon pod is built from: the LWS templates (resources
     and placement) and the balloon image. When either changes, balloons built from the old
     one are replaced."""
-    parts = [
+    parts: list[Any] = [
         _member_spec(shape.leader, image=image, affinity_term=None),
         _member_spec(shape.worker, image=image, affinity_term=None),
         shape.pods_per_gang,
         shape.topology_key,
     ]
+    claims = sorted({c for pod in shape.pods for c in pod.resource_claims})
+    if claims:  # only then, so other templates keep their digest: balloons made before
+        parts.append(claims)  # DRA templates were refused are outdated, and go
+
     text = json.dumps(parts, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -286,16 +290,24 @@ def _placed(members: list[Obj]) -> bool:
     return all(pod_is_bound(p) for p in members)
 
 
+def _scheduled_at_s(pod: Obj) -> float | None:
+    for condition in (pod.get("status") or {}).get("conditions") or ():
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "True":
+            return parse_time_s(condition.get("lastTransitionTime"))
+    return None
+
+
 def _split_for(members: list[Obj], *, now_s: float) -> float:
-    """How long a gang has had members placed and others Pending (0 when it has not): a
-    placed member pins the rest to its domain by the gang's pod affinity, and where that
-    domain is full they wait there for good, holding a node no gang can use."""
-    pending = [p for p in members if not pod_is_bound(p)]
-    if not pending or len(pending) == len(members):
+    """How long a gang has had members placed and others Pending, from when its first
+    member was bound (0 when it is not split, or the time is unknown): a placed member pins
+    the rest to its domain by the gang's pod affinity, and where that domain is full they
+    wait there for good, holding a node no gang can use. Time spent wholly Pending (waiting
+    for nodes) does not count."""
+    bound = [p for p in members if pod_is_bound(p)]
+    if not bound or len(bound) == len(members):
         return 0.0
-    created = [parse_time_s(meta(p).get("creationTimestamp")) for p in pending]
-    known = [t for t in created if t is not None]
-    return max(0.0, now_s - min(known)) if known else 0.0
+    times = [t for t in (_scheduled_at_s(p) for p in bound) if t is not None]
+    return max(0.0, now_s - min(times)) if times else 0.0
 
 
 def plan_balloons(

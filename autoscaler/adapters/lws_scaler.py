@@ -123,10 +123,10 @@ class LwsScaler:
 
     def forget_writes(self) -> None:
         """Start a leadership term from what is observed: the writes of an earlier term of
-        this instance are history, and the leader in between wrote legitimately."""
+        this instance are history, and the leader in between wrote legitimately. A hold on
+        another writer's change (a manual `kubectl scale`) stays until it expires."""
         self._last_written.clear()
         self._in_doubt.clear()
-        self._held_until.clear()
 
     def _hold(self, key: ComponentKey, detail: str) -> None:
         self._held_until[key] = (self._clock() + self._foreign_hold_s, detail)

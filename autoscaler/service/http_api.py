@@ -68,11 +68,14 @@ def build_app(view: ServiceView) -> web.Application:
 
 
 class HttpServer:
-    """The endpoints on `host:port` (port 0: any free port, read back from `port`). With no
-    host, every interface of both address families: the kubelet probes the pod's IP, which
-    is IPv6 on an IPv6-only or IPv6-primary cluster."""
+    """The endpoints on `host:port` (port 0, with a host: any free port, read back from
+    `port`). With no host, every interface of both address families: the kubelet probes the
+    pod's IP, which is IPv6 on an IPv6-only or IPv6-primary cluster."""
 
     def __init__(self, view: ServiceView, *, host: str | None = None, port: int = 8080) -> None:
+        if port == 0 and host is None:
+            # every interface is a socket per address family, each with its own free port
+            raise ValueError("port 0 needs a host: one free port is read back per address")
         self._runner = web.AppRunner(build_app(view), access_log=None, shutdown_timeout=1.0)
         self._host = host
         self.port = port

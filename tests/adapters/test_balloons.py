@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from datetime import datetime
+from datetime import UTC, datetime
 
 import kubernetes_validate
 import pytest
@@ -108,6 +108,14 @@ def test_a_template_whose_devices_come_from_resource_claims_gets_no_balloons():
         del spec["containers"][0]["resources"]["limits"]["nvidia.com/gpu"]
     with pytest.raises(BalloonShapeError, match=r"resourceClaims \['gpus'\]"):
         balloon_gang_manifests(lws, shape=gang_shape_from_lws(lws), gang_index=0, image=PAUSE_IMAGE)
+    # balloons made before such templates were refused are outdated, and go, even where the
+    # claims came beside unchanged requests
+    claims_only = _lws()
+    for tpl in ("leaderTemplate", "workerTemplate"):
+        spec = claims_only["spec"]["leaderWorkerTemplate"][tpl]["spec"]
+        spec["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": "eight-h100"}]
+    plan = _plan(claims_only, _existing(_lws(), [0]), 1)
+    assert plan.broken_gangs == (0,) and len(plan.delete_pods) == 2
 
 
 def _existing(lws, gangs, *, drop=(), terminating=(), digest_of=None, image=PAUSE_IMAGE):
@@ -174,27 +182,42 @@ def test_a_smaller_buffer_gives_up_pending_gangs_and_keeps_placed_ones():
     assert plan.held_gangs == 1 and plan.create_gangs == () and plan.broken_gangs == ()
 
 
-def _created(pods, when):
+def _scheduled(pods, when, *names):
     for pod in pods:
-        pod["metadata"]["creationTimestamp"] = when
+        if pod["metadata"]["name"] in names:
+            pod["spec"]["nodeName"] = "gpu-" + pod["metadata"]["name"]
+            pod["status"] = {
+                "conditions": [
+                    {"type": "PodScheduled", "status": "True", "lastTransitionTime": when}
+                ]
+            }
     return pods
 
 
 @pytest.mark.parametrize(
-    ("bound", "age_s", "replaced"),
+    ("bound", "bound_for_s", "replaced"),
     [
         pytest.param(("vllm-balloon-0-0",), 700, True, id="split-past-the-timeout"),
         pytest.param(("vllm-balloon-0-0",), 500, False, id="split-within-the-timeout"),
+        pytest.param(("vllm-balloon-0-0",), 5, False, id="waited-for-nodes-then-bound"),
         pytest.param((), 700, False, id="all-pending-waits-for-nodes"),
     ],
 )
-def test_a_gang_split_between_a_placed_and_a_pending_member_is_replaced(bound, age_s, replaced):
+def test_a_gang_split_between_a_placed_and_a_pending_member_is_replaced(
+    bound, bound_for_s, replaced
+):
     """The leader took the last free node of a full rack; the worker, held to that rack by
-    the gang's affinity, waits there for good, and the buffer counted the gang as held."""
+    the gang's affinity, waits there for good, and the buffer counted the gang as held. The
+    clock starts when the first member was bound: a gang that waited 20 minutes for nodes
+    and just got its first one is not split for 20 minutes."""
     lws = _lws()
-    created = "2026-11-22T01:00:00Z"
-    now_s = datetime.fromisoformat("2026-11-22T01:00:00+00:00").timestamp() + age_s
-    pods = _bind(_created(_existing(lws, [0]), created), *bound)
+    start_s = datetime.fromisoformat("2026-11-22T01:00:00+00:00").timestamp()
+    now_s = start_s + 1200
+    bound_at = datetime.fromtimestamp(now_s - bound_for_s, tz=UTC).isoformat()
+    pods = _existing(lws, [0])
+    for pod in pods:
+        pod["metadata"]["creationTimestamp"] = "2026-11-22T01:00:00Z"
+    pods = _scheduled(pods, bound_at.replace("+00:00", "Z"), *bound)
     shape = gang_shape_from_lws(lws)
     plan = plan_balloons(
         pods,

@@ -584,6 +584,13 @@ async def test_a_manual_scale_is_reported_not_fought(kube, adapter, api):
     (warning,) = events(kube, "AnotherWriter")
     assert warning["type"] == "Warning" and "from 2 (our last write) to 4" in warning["message"]
     assert warning["count"] == 2  # the held second pass bumps the same Event
+    # A new leadership term (after an API server blip, say) keeps respecting the operator.
+    adapter.scaler.forget_writes()
+    report = await adapter.apply(
+        GangPlan({DECODE: component_plan(DECODE, current=4, desired=2)}), state, dry_run=False
+    )
+    assert report.components[DECODE].scale.result is ScaleResult.OTHER_WRITER
+    assert spec_replicas(kube, "llama-decode") == 4
 
 
 async def test_an_hpa_on_the_lws_is_reported_and_nothing_is_written(kube, adapter, api):

@@ -137,6 +137,14 @@ async def test_the_endpoints_answer_on_ipv4_and_ipv6() -> None:
         await server.stop()
 
 
+def test_any_free_port_needs_a_host() -> None:
+    """On every interface, port 0 binds one socket per address family, each on its own
+    free port, and the one read back might not answer."""
+    with pytest.raises(ValueError, match="port 0 needs a host"):
+        HttpServer(_AlwaysHealthy(), port=0)
+    HttpServer(_AlwaysHealthy(), host="127.0.0.1", port=0)
+
+
 def test_json_log_lines_carry_the_decision_fields() -> None:
     record = logging.LogRecord("x", logging.INFO, __file__, 1, "%s: scaled", ("ns/a",), None)
     record.reason = "scale_up_waiting"
