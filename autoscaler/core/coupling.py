@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from autoscaler.core.gang_plan import Reason
 from autoscaler.core.model import Component, ComponentKey
-from autoscaler.core.policy import Policy
+from autoscaler.core.policy import Policy, RatioBand
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,12 +63,35 @@ def couple_deployment(
     p, d = out[p_key].gangs, out[d_key].gangs
     if band.contains(p, d):
         return out
-    if p / d < band.low:
-        wanted = min(math.ceil(band.low * d - 1e-9), policies[p_key].max_replicas)
-        if wanted > p:
-            out[p_key] = Coupled(wanted, Reason.RATIO_BAND, f"prefill raised to keep {band}")
-    else:
-        wanted = min(math.ceil(p / band.high - 1e-9), policies[d_key].max_replicas)
-        if wanted > d:
-            out[d_key] = Coupled(wanted, Reason.RATIO_BAND, f"decode raised to keep {band}")
+    raised = _smallest_in_band(
+        p, d, band, max_prefill=policies[p_key].max_replicas,
+        max_decode=policies[d_key].max_replicas,
+    )  # fmt: skip
+    if raised is None:
+        # no count within both maximums is in the band: raise the short side as far as it
+        # goes, the nearest the band allows
+        if p / d < band.low:
+            raised = (min(math.ceil(band.low * d - 1e-9), policies[p_key].max_replicas), d)
+        else:
+            raised = (p, min(math.ceil(p / band.high - 1e-9), policies[d_key].max_replicas))
+    new_p, new_d = raised
+    if new_p > p:
+        out[p_key] = Coupled(new_p, Reason.RATIO_BAND, f"prefill raised to keep {band}")
+    if new_d > d:
+        out[d_key] = Coupled(new_d, Reason.RATIO_BAND, f"decode raised to keep {band}")
     return out
+
+
+def _smallest_in_band(
+    prefill: int, decode: int, band: RatioBand, *, max_prefill: int, max_decode: int
+) -> tuple[int, int] | None:
+    """The fewest gangs, neither side lowered, whose ratio is in the band: raising only the
+    short side misses a narrow band (1:3 from 1:4 needs 2:6, not 2:4). The search stops a
+    hundred decode gangs past where the band's upper end first allows the prefill count:
+    a band written as a ratio of small numbers repeats well within that."""
+    first = max(decode, math.ceil(prefill / band.high - 1e-9)) if band.high > 0 else decode
+    for d in range(decode, min(max_decode, first + 100) + 1):
+        p = max(prefill, math.ceil(band.low * d - 1e-9))
+        if p <= max_prefill and band.contains(p, d):
+            return p, d
+    return None

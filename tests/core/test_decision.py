@@ -647,6 +647,27 @@ def test_ratio_band_raises_the_short_side():
     assert p.reason is Reason.RATIO_BAND
 
 
+@pytest.mark.parametrize(
+    ("band", "prefill", "decode", "expected"),
+    [
+        pytest.param("1:3", 1, 4, (2, 6), id="exact-band-raises-both-sides"),
+        pytest.param("2:3", 1, 1, (2, 3), id="exact-band-from-one-each"),
+        pytest.param("1:2-1:4", 1, 8, (2, 8), id="wide-band-raises-the-short-side"),
+    ],
+)
+def test_a_ratio_band_is_reached_with_the_fewest_gangs(band, prefill, decode, expected):
+    """Raising only the short side cannot reach a narrow band: 1:4 raised to 2:4 is 1:2,
+    still outside 1:3."""
+    fixed = {"deployment": "chat", "prefill_decode_ratio": band, "max_scale_up": 10}
+    p, d = pd(
+        obs("chat-p", ready=prefill, waiting=4 * prefill, kv=0.8),
+        obs("chat-d", ready=decode, waiting=4 * decode, kv=0.8),
+        prefill_policy=policy(component="prefill", **fixed),
+        decode_policy=policy(component="decode", **fixed),
+    )
+    assert (p.desired_gangs, d.desired_gangs) == expected
+
+
 def test_a_component_without_a_valid_policy_holds():
     component = obs(ready=2, waiting=100, kv=0.99)
     the_plan, _ = plan(observations(component), {}, {}, Memory(), now=NOW)
