@@ -146,6 +146,17 @@ async def settle(adapter: KubeAdapter, kube: FakeKube) -> None:
         )
 
 
+async def scale_decode(
+    adapter: KubeAdapter, kube: FakeKube, current: int, desired: int
+) -> ScaleResult:
+    """One apply that scales the decode LWS from `current` to `desired` gangs."""
+    await settle(adapter, kube)
+    state = adapter.snapshot(now_s=time.time())
+    plan = GangPlan({DECODE: component_plan(DECODE, current=current, desired=desired)})
+    report = await adapter.apply(plan, state, dry_run=False)
+    return report.components[DECODE].scale.result
+
+
 # -- scaling ------------------------------------------------------------------------------
 
 
@@ -478,23 +489,16 @@ async def test_a_scale_whose_answer_is_lost_is_still_ours_and_not_another_writer
     add_pd(kube)
     await settle(adapter, kube)
 
-    async def scale(current: int, desired: int) -> ScaleResult:
-        await settle(adapter, kube)
-        state = adapter.snapshot(now_s=time.time())
-        plan = GangPlan({DECODE: component_plan(DECODE, current=current, desired=desired)})
-        report = await adapter.apply(plan, state, dry_run=False)
-        return report.components[DECODE].scale.result
-
-    assert await scale(1, 2) is ScaleResult.SCALED  # our last write: 2
+    assert await scale_decode(adapter, kube, 1, 2) is ScaleResult.SCALED  # our last write: 2
     # The server applies the next patch; its answer never arrives.
     kube.inject_fault(
         code=0, method="PATCH", path_contains="llama-decode/scale", action="drop_answer"
     )
-    assert await scale(2, 3) is ScaleResult.FAILED
+    assert await scale_decode(adapter, kube, 2, 3) is ScaleResult.FAILED
     assert spec_replicas(kube, "llama-decode") == 3  # it did land
 
     # The next tick sees 3 gangs, which is our own write: scaling goes on, nobody is blamed.
-    assert await scale(3, 4) is ScaleResult.SCALED
+    assert await scale_decode(adapter, kube, 3, 4) is ScaleResult.SCALED
     assert spec_replicas(kube, "llama-decode") == 4
     assert events(kube, "AnotherWriter") == []
 
@@ -506,22 +510,15 @@ async def test_a_scale_cut_off_by_the_tick_deadline_is_ours_if_it_lands(kube, ad
     add_gpu_nodes(kube, 10)
     add_pd(kube)
 
-    async def scale(current: int, desired: int) -> ScaleResult:
-        await settle(adapter, kube)
-        state = adapter.snapshot(now_s=time.time())
-        plan = GangPlan({DECODE: component_plan(DECODE, current=current, desired=desired)})
-        report = await adapter.apply(plan, state, dry_run=False)
-        return report.components[DECODE].scale.result
-
-    assert await scale(1, 2) is ScaleResult.SCALED
+    assert await scale_decode(adapter, kube, 1, 2) is ScaleResult.SCALED
     kube.inject_fault(
         code=0, method="PATCH", path_contains="llama-decode/scale", action="slow_answer",
         stall_s=1.0,
     )  # fmt: skip
     with pytest.raises(TimeoutError):
-        await asyncio.wait_for(scale(2, 3), timeout=0.5)
+        await asyncio.wait_for(scale_decode(adapter, kube, 2, 3), timeout=0.5)
     assert spec_replicas(kube, "llama-decode") == 3  # it landed
-    assert await scale(3, 4) is ScaleResult.SCALED
+    assert await scale_decode(adapter, kube, 3, 4) is ScaleResult.SCALED
     assert spec_replicas(kube, "llama-decode") == 4
     assert events(kube, "AnotherWriter") == []
 
@@ -536,18 +533,10 @@ async def test_a_new_term_starts_from_what_it_observes(kube, api):
         await a.start(sync_timeout_s=5)
         await b.start(sync_timeout_s=5)
         try:
-
-            async def scale(adapter: KubeAdapter, current: int, desired: int) -> ScaleResult:
-                await settle(adapter, kube)
-                state = adapter.snapshot(now_s=time.time())
-                plan = GangPlan({DECODE: component_plan(DECODE, current=current, desired=desired)})
-                report = await adapter.apply(plan, state, dry_run=False)
-                return report.components[DECODE].scale.result
-
-            assert await scale(a, 1, 2) is ScaleResult.SCALED  # a's first term
-            assert await scale(b, 2, 3) is ScaleResult.SCALED  # b's term
+            assert await scale_decode(a, kube, 1, 2) is ScaleResult.SCALED  # a's first term
+            assert await scale_decode(b, kube, 2, 3) is ScaleResult.SCALED  # b's term
             a.scaler.forget_writes()  # a's second term begins
-            assert await scale(a, 3, 4) is ScaleResult.SCALED
+            assert await scale_decode(a, kube, 3, 4) is ScaleResult.SCALED
             assert spec_replicas(kube, "llama-decode") == 4
             assert events(kube, "AnotherWriter") == []
         finally:
