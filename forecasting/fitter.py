@@ -34,7 +34,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Hashable
-from concurrent.futures import Executor, Future
+from concurrent.futures import BrokenExecutor, Executor, Future
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -93,6 +93,7 @@ class BackgroundFitter(Generic[Key]):
         self._replace_executor = replace_executor
         self._series: dict[Key, _SeriesState] = {}
         self.fits_abandoned = 0  # fits given up on after `fit_timeout_s`, since the start
+        self.pools_replaced = 0  # worker pools replaced because their worker died
         self._submissions = 0
 
     def observe(self, key: Key, timestamps_s: list[float], values: list[float]) -> None:
@@ -163,6 +164,9 @@ class BackgroundFitter(Generic[Key]):
                 state.last_fit_error = f"cannot submit the fit: {type(err).__name__}: {err}"
                 state.fit_due_s = now_s + self.refit_interval_s
                 log.warning("cannot submit a fit: %s", err)
+                if isinstance(err, BrokenExecutor):
+                    self._replace_broken(now_s=now_s)
+                    state.fit_due_s = now_s  # on the new pool, at the next tick
                 continue
             submitted += 1
         return submitted
@@ -195,6 +199,18 @@ class BackgroundFitter(Generic[Key]):
         self._executor = self._replace_executor(self._executor)
         log.warning("replaced the fit worker pool to end a hung fit")
 
+    def _replace_broken(self, *, now_s: float) -> None:
+        """A pool whose worker died (an OOM kill) refuses every later fit: replace it, as a
+        hung one is, or no model would be fitted again until a restart."""
+        if self._replace_executor is None:
+            return
+        for state in self._series.values():
+            if state.in_flight is not None:
+                self._drop_fit(state, due_s=now_s)
+        self._executor = self._replace_executor(self._executor)
+        self.pools_replaced += 1
+        log.warning("replaced the fit worker pool: its worker died")
+
     @staticmethod
     def _drop_fit(state: _SeriesState, *, due_s: float) -> None:
         assert state.in_flight is not None
@@ -215,6 +231,9 @@ class BackgroundFitter(Generic[Key]):
         except Exception as err:  # a broken worker must not stop the loop: keep the old model
             state.last_fit_error = f"{type(err).__name__}: {err}"
             log.warning("fit of %r failed; keeping the previous model: %s", key, err)
+            if isinstance(err, BrokenExecutor):
+                self._replace_broken(now_s=now_s)
+                state.fit_due_s = now_s  # on the new pool, at the next tick
             return
         # Observations that arrived while the fit ran: replay them on the new model.
         if replay[0]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import multiprocessing
+import os
+import signal
 import threading
 import time
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
@@ -310,6 +312,43 @@ def test_a_hung_fit_in_a_process_is_ended_and_the_pool_replaced() -> None:
             fitter.tick(now_s=now)
         assert fitter.fits_completed("stuck") == 0 and fitter.fits_abandoned == 1
         assert fitter._series["ok"].fit_due_s > 61  # fitted, not resubmitted again
+    finally:
+        fitter._executor.shutdown(wait=False, cancel_futures=True)
+        for process in (getattr(fitter._executor, "_processes", None) or {}).values():
+            process.terminate()
+
+
+def test_a_pool_whose_worker_died_is_replaced_and_fitting_goes_on() -> None:
+    """An OOM kill of the fit worker breaks a ProcessPoolExecutor for good: every later
+    submit raised BrokenProcessPool, and no model was fitted again until a restart."""
+    pool = fit_executor()
+    fitter: BackgroundFitter[str] = BackgroundFitter(
+        make_forecaster=functools.partial(make_forecaster, "persistence", step_s=FIVE_MIN_S),
+        executor=pool,
+        refit_interval_s=1,
+        max_fits_in_flight=1,
+        fit_timeout_s=300,
+        replace_executor=replace_fit_executor,
+    )
+    try:
+        _feed(fitter, "a", 10.0)
+        now = 0
+        while fitter.fits_completed("a") == 0:
+            assert now < 120
+            fitter.tick(now_s=now)
+            time.sleep(0.2)
+            now += 1
+        for worker in list(pool._processes.values()):
+            os.kill(worker.pid, signal.SIGKILL)
+            worker.join(timeout=10)
+        _feed(fitter, "b", 20.0)  # a component seen after the kill
+        deadline = now + 240
+        while fitter.fits_completed("b") == 0 or fitter.fits_completed("a") < 2:
+            assert now < deadline, (fitter.last_fit_error("a"), fitter.last_fit_error("b"))
+            fitter.tick(now_s=now)
+            time.sleep(0.2)
+            now += 1
+        assert fitter.pools_replaced == 1 and fitter._executor is not pool
     finally:
         fitter._executor.shutdown(wait=False, cancel_futures=True)
         for process in (getattr(fitter._executor, "_processes", None) or {}).values():
