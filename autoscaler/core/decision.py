@@ -154,7 +154,13 @@ def _draft(
     # sets keeps the component below the load at which learning happens.
     same_template = memory.learned_template == obs.template
     previous = memory.learned_capacity_per_gang if same_template else None
-    learned = learn_capacity(previous, obs, usage_ratio=proposal.usage_ratio)
+    # A queue's ratio to its target grows with the backlog without bound, and dividing by it
+    # collapsed the learned value while a queue built (3,000 tokens/s per gang learned as 77
+    # in five minutes); a gang cannot run fuller than a full KV cache, 1 / target over it.
+    ratio = proposal.usage_ratio
+    if ratio is not None:
+        ratio = min(ratio, 1.0 / policy.target_kv_cache)
+    learned = learn_capacity(previous, obs, usage_ratio=ratio)
     capacity = capacity_per_gang(policy, learned)
     draft = _Draft(
         obs=obs,

@@ -288,9 +288,10 @@ def test_demand_step(component, pol, expected_gangs, expected_reason):
 
 
 def test_capacity_is_learned_while_saturated_and_used_for_the_floor():
-    # 2 ready gangs at 1.5x the queue target while 3000 tokens/s arrive: one gang serves
-    # about 3000 / 2 / 1.5 = 1000 tokens/s at target.
-    saturated = obs(ready=2, waiting=12, kv=0.5, demand=3000)
+    # 2 ready gangs with the queue at 1.5x its target while 2500 tokens/s arrive. A gang runs
+    # at most 1 / 0.8 = 1.25x its target (a full KV cache), so one gang serves about
+    # 2500 / 2 / 1.25 = 1000 tokens/s at target.
+    saturated = obs(ready=2, waiting=12, kv=0.5, demand=2500)
     _, memory = decide(saturated, policy())
     assert memory.learned_capacity_per_gang == pytest.approx(1000)
 
@@ -301,9 +302,20 @@ def test_capacity_is_learned_while_saturated_and_used_for_the_floor():
     assert memory2.learned_capacity_per_gang == pytest.approx(1000)  # not saturated: unchanged
 
 
+def test_a_growing_queue_does_not_collapse_the_learned_capacity():
+    """The queue's ratio to its target grows with the backlog: dividing by it learned 3,000
+    tokens/s per gang as a few hundred in minutes, and the forecast floor then ordered four
+    times the gangs, for good (learning needs saturation, which the floor then prevents)."""
+    memory = ComponentMemory()
+    for waiting in (40, 80, 160, 320, 640, 1280):  # 5 minutes of a backlog building
+        _, memory = decide(obs(ready=2, waiting=waiting, kv=0.95, demand=6000), policy(),
+                           memory=memory)  # fmt: skip
+    assert memory.learned_capacity_per_gang == pytest.approx(6000 / 2 / 1.25)
+
+
 def test_a_new_gang_template_forgets_the_capacity_learned_for_the_old_one():
     # Learned at 1000 tokens/s per gang under template "a"; the forecast then asks for 5.
-    saturated = replace(obs(ready=2, waiting=12, kv=0.5, demand=3000), template="a")
+    saturated = replace(obs(ready=2, waiting=12, kv=0.5, demand=2500), template="a")
     _, memory = decide(saturated, policy())
     assert (memory.learned_capacity_per_gang, memory.learned_template) == (pytest.approx(1000), "a")
     calm = obs(ready=2, waiting=4, kv=0.6, demand=1900)
