@@ -33,6 +33,11 @@ log = logging.getLogger(__name__)
 DEFAULT_STEP_S = 300.0
 DEFAULT_REFIT_INTERVAL_S = 900.0
 BACKFILL_STEP_S = 60.0
+# A back-fill whose every range query failed (Prometheus down at start-up) is tried again
+# every minute for ten minutes; the component forecasts nothing meanwhile, then from live
+# data only if Prometheus never answers.
+BACKFILL_ATTEMPTS = 10
+BACKFILL_RETRY_S = 60.0
 # Fits queued on the one fit worker at a time, collected at the next tick. A fit takes about
 # 0.3 s on 7 days of 5-minute windows and 1 s on 14 (docs/forecasting.md), so 8 keep the
 # worker busy for 2-8 s of each 15 s tick: 2,000 components get their first fitted model about
@@ -66,6 +71,8 @@ class DemandForecasts:
         refit_interval_s: float = DEFAULT_REFIT_INTERVAL_S,
         backfill_days: float = 7.0,
         backfill_step_s: float = BACKFILL_STEP_S,
+        backfill_attempts: int = BACKFILL_ATTEMPTS,
+        backfill_retry_s: float = BACKFILL_RETRY_S,
         max_fits_in_flight: int = DEFAULT_FITS_IN_FLIGHT,
         fit_timeout_s: float = DEFAULT_FIT_TIMEOUT_S,
         replace_executor: Callable[[Executor], Executor] | None = None,
@@ -74,6 +81,8 @@ class DemandForecasts:
         self.step_s = step_s
         self.backfill_days = backfill_days
         self.backfill_step_s = backfill_step_s
+        self.backfill_attempts = max(1, backfill_attempts)
+        self.backfill_retry_s = backfill_retry_s
         # A partial of a module-level function: it must pickle into a process pool.
         self._fitter: BackgroundFitter[ComponentKey] = BackgroundFitter(
             make_forecaster=functools.partial(make_forecaster, model, step_s=step_s),
@@ -122,6 +131,31 @@ class DemandForecasts:
                 result = await source.backfill_demand(
                     components, end_s=end_s, days=self.backfill_days, step_s=self.backfill_step_s
                 )
+                for attempt in range(1, self.backfill_attempts):
+                    if result.chunks_total == 0 or result.chunks_failed < result.chunks_total:
+                        break
+                    # Prometheus down (restarted with the service, say): try again while the
+                    # live ticks wait in `_pending`, since history cannot be added behind them
+                    for key in keys:
+                        self._backfill_errors[key] = (
+                            f"all {result.chunks_total} range queries failed; "
+                            f"retrying in {self.backfill_retry_s:g}s (attempt {attempt + 1} "
+                            f"of {self.backfill_attempts})"
+                        )
+                    log.warning(
+                        "demand back-fill of %d components failed; retrying in %gs",
+                        len(keys),
+                        self.backfill_retry_s,
+                    )
+                    await asyncio.sleep(self.backfill_retry_s)
+                    result = await source.backfill_demand(
+                        components,
+                        end_s=end_s,
+                        days=self.backfill_days,
+                        step_s=self.backfill_step_s,
+                    )
+                for key in keys:
+                    self._backfill_errors.pop(key, None)
                 for key, history in result.histories.items():
                     self._observe(key, history.timestamps_s.tolist(), history.values.tolist())
                     if result.chunks_failed:

@@ -19,9 +19,10 @@ import pytest
 from aiohttp import web
 
 from autoscaler.adapters.kube_state import build_state
+from autoscaler.adapters.prometheus_source import PrometheusSource
 from autoscaler.core.decision import plan as core_plan
 from autoscaler.core.gang_plan import ComponentPlan, GangPlan, Memory, Reason
-from autoscaler.core.model import ComponentKey
+from autoscaler.core.model import Component, ComponentKey
 from autoscaler.service.app import _stop_executor, default_identity, fit_executor, lease_timing
 from autoscaler.service.control_loop import TickRecord, plan_isolated, seed_memory
 from autoscaler.service.decisions_view import decisions_view
@@ -289,3 +290,50 @@ def test_a_fit_stuck_in_the_worker_is_counted_once_by_the_tick() -> None:
         assert forecasts.tick(now_s=790.0) == 0
         assert "did not finish within 60 s" in (forecasts.status(key).last_fit_error or "")
         release.set()
+
+
+async def test_a_backfill_that_prometheus_refused_is_tried_again() -> None:
+    """Prometheus restarting with the service answers 503 until it is ready: every range
+    query of the back-fill failed, and the week of history was never asked for again."""
+    ready = asyncio.Event()
+    range_queries = 0
+
+    async def prometheus(request: web.Request) -> web.Response:
+        nonlocal range_queries
+        if request.path.endswith("/query_range"):
+            range_queries += 1
+            if not ready.is_set():
+                return web.Response(status=503, text="Service Unavailable")
+        return web.json_response(
+            {"status": "success", "data": {"resultType": "matrix", "result": []}}
+        )
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", prometheus)
+    runner = web.AppRunner(app, shutdown_timeout=0.1)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    source = PrometheusSource(url=f"http://127.0.0.1:{runner.addresses[0][1]}", timeout_s=2)
+    key = ComponentKey("serving", "llm")
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        forecasts = DemandForecasts(executor=pool, backfill_days=2, backfill_retry_s=0.2)
+        try:
+            forecasts.start_backfill(source, [(key, Component.PREFILL)], now_s=time.time())
+            forecasts.record(key, now_s=time.time(), demand=1000.0)  # a live tick waits
+            await wait_until(
+                lambda: "retrying" in (forecasts.status(key).backfill_error or ""),
+                timeout_s=10,
+                what="a failed first back-fill",
+            )
+            assert not forecasts.status(key).backfilled
+            failed_queries = range_queries
+            ready.set()  # Prometheus is back
+            await wait_until(
+                lambda: forecasts.status(key).backfilled, timeout_s=10, what="the back-fill"
+            )
+            assert range_queries > failed_queries
+            assert forecasts.status(key).backfill_error is None
+        finally:
+            await forecasts.close()
+            await runner.cleanup()
