@@ -238,6 +238,14 @@ class BackgroundFitter(Generic[Key]):
         # Observations that arrived while the fit ran: replay them on the new model.
         if replay[0]:
             fitted.update(*replay)
-        state.forecaster = fitted
         state.fits_completed += 1
-        state.last_fit_error = fitted.model_unavailable_reason
+        failed = fitted.model_unavailable_reason
+        if failed is not None and state.forecaster.model_unavailable_reason is None:
+            # A refit that did not converge would leave the series on its fallback
+            # (persistence, without the seasonal envelope) until the next refit: keep the
+            # model that worked, which has had every observation since.
+            state.last_fit_error = f"{failed}; keeping the previous model"
+            log.warning("refit of %r failed; keeping the previous model: %s", key, failed)
+            return
+        state.forecaster = fitted
+        state.last_fit_error = failed

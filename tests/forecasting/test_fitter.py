@@ -353,3 +353,43 @@ def test_a_pool_whose_worker_died_is_replaced_and_fitting_goes_on() -> None:
         fitter._executor.shutdown(wait=False, cancel_futures=True)
         for process in (getattr(fitter._executor, "_processes", None) or {}).values():
             process.terminate()
+
+
+FAIL_MARK = 777.0
+
+
+class FailingPersistence(Persistence):
+    """Persistence whose fit fails on a series that contains `FAIL_MARK`."""
+
+    def _fit_windows(self, values):  # type: ignore[no-untyped-def]
+        if np.any(values == FAIL_MARK):
+            raise RuntimeError("did not converge")
+        super()._fit_windows(values)
+
+
+def test_a_refit_that_fails_keeps_the_model_that_worked() -> None:
+    """A refit that failed was swapped in, and the series forecast from its fallback until
+    the next refit."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        fitter: BackgroundFitter[str] = BackgroundFitter(
+            make_forecaster=lambda: FailingPersistence(step_s=FIVE_MIN_S),
+            executor=pool,
+            refit_interval_s=60,
+        )
+        _feed(fitter, "x", 10.0)
+        fitter.tick(now_s=0)
+        fitter._series["x"].in_flight.result(timeout=30)  # type: ignore[union-attr]
+        fitter.tick(now_s=1)
+        good = fitter._series["x"].forecaster
+        assert good.model_unavailable_reason is None
+        fitter.observe("x", [FIVE_MIN_S * 4 + 1, FIVE_MIN_S * 5], [FAIL_MARK, FAIL_MARK])
+        fitter.tick(now_s=61)
+        fitter._series["x"].in_flight.result(timeout=30)  # type: ignore[union-attr]
+        fitter.tick(now_s=62)
+        assert fitter.fits_completed("x") == 2
+        assert fitter._series["x"].forecaster is good
+        assert fitter.last_fit_error("x") == (
+            "RuntimeError: did not converge; keeping the previous model"
+        )
+        result = fitter.forecast("x", 300)
+        assert result is not None and result.fallback_reason is None
