@@ -12,10 +12,12 @@ is missing data, never zero demand.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
 import time
 from collections.abc import Iterable, Mapping
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
 
@@ -125,8 +127,10 @@ async def backfill_demand(
     days: float = 7.0,
     step_s: float = 60.0,
     chunk_s: float = DAY_S,
+    executor: Executor | None = None,
 ) -> BackfillResult:
-    """Rebuild each component's demand series; Prometheus failures leave NaN gaps."""
+    """Rebuild each component's demand series; Prometheus failures leave NaN gaps. Range
+    queries run on `executor` (default: the loop's own), one at a time."""
     wanted = dict(components)
     grid = history_grid(end_s=end_s, days=days, step_s=step_s)
     index = PodNameIndex((key.namespace, key.lws) for key in wanted)
@@ -146,7 +150,7 @@ async def backfill_demand(
             last = min(first + per_chunk, grid.size) - 1
             chunks_total += 1
             try:
-                points = await asyncio.to_thread(
+                fetch = functools.partial(
                     _fetch_chunk,
                     http,
                     query_name,
@@ -158,6 +162,7 @@ async def backfill_demand(
                     keys=keys_set,
                     grid=grid,
                 )
+                points = await asyncio.get_running_loop().run_in_executor(executor, fetch)
             except PrometheusUnavailable as err:
                 errors.append(str(err))
                 continue

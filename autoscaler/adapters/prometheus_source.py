@@ -19,6 +19,7 @@ import logging
 import math
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -144,6 +145,10 @@ class PrometheusSource:
             stats=stats,
             on_error=on_error,
         )
+        # History reads (back-fill range queries, the learned-capacity restore) run on a
+        # thread of their own, one at a time: on the loop's default pool (6 threads on 2
+        # CPUs) the back-fills of a few new LWS took the threads the tick's queries wait for.
+        self._background = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prom-history")
 
     @functools.cached_property
     def _fingerprints(self) -> dict[Component, str]:
@@ -157,6 +162,7 @@ class PrometheusSource:
 
     def close(self) -> None:
         self.http.close()
+        self._background.shutdown(wait=False, cancel_futures=True)
 
     async def backfill_demand(
         self,
@@ -169,7 +175,13 @@ class PrometheusSource:
         """Demand history of each component for the `days` before `end_s` (see
         `prometheus_backfill`); gaps and failed chunks stay NaN."""
         return await backfill_demand(
-            self.http, self.queries, components, end_s=end_s, days=days, step_s=step_s
+            self.http,
+            self.queries,
+            components,
+            end_s=end_s,
+            days=days,
+            step_s=step_s,
+            executor=self._background,
         )
 
     def demand_fingerprint(self, component: Component) -> str:
@@ -182,9 +194,10 @@ class PrometheusSource:
     ) -> dict[ComponentKey, RestoredCapacity]:
         """Learned capacities a previous instance exported for these components and
         identities (see `prometheus_restore`); raises PrometheusUnavailable."""
-        return await asyncio.to_thread(
+        restore = functools.partial(
             restore_learned_capacity, self.http, wanted=wanted, lookback_s=lookback_s
         )
+        return await asyncio.get_running_loop().run_in_executor(self._background, restore)
 
     def _instant_outcome(self, name: str, query: str, *, deadline: float) -> QueryOutcome:
         """One query, parsed, on a worker thread (parsing 800 rows is not for the loop)."""

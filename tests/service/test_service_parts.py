@@ -19,7 +19,7 @@ import pytest
 from aiohttp import web
 
 from autoscaler.adapters.kube_state import build_state
-from autoscaler.adapters.prometheus_source import PrometheusSource
+from autoscaler.adapters.prometheus_source import ComponentTarget, PrometheusSource
 from autoscaler.core.decision import plan as core_plan
 from autoscaler.core.gang_plan import ComponentPlan, GangPlan, Memory, Reason
 from autoscaler.core.model import Component, ComponentKey
@@ -337,3 +337,47 @@ async def test_a_backfill_that_prometheus_refused_is_tried_again() -> None:
         finally:
             await forecasts.close()
             await runner.cleanup()
+
+
+async def test_back_fills_cannot_take_the_threads_the_tick_queries_need() -> None:
+    """Range queries of eight new LWS's back-fills, all slow: the tick's instant queries
+    still answer. On the loop's default pool (6 threads on 2 CPUs) they waited behind them."""
+    release = asyncio.Event()
+
+    async def prometheus(request: web.Request) -> web.Response:
+        if request.path.endswith("/query_range"):
+            await release.wait()
+            return web.json_response(
+                {"status": "success", "data": {"resultType": "matrix", "result": []}}
+            )
+        return web.json_response(
+            {"status": "success", "data": {"resultType": "vector", "result": []}}
+        )
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", prometheus)
+    runner = web.AppRunner(app, shutdown_timeout=0.1)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    source = PrometheusSource(url=f"http://127.0.0.1:{runner.addresses[0][1]}", timeout_s=60)
+    keys = [ComponentKey("serving", f"llm-{i}") for i in range(8)]
+    backfills = [
+        asyncio.create_task(
+            source.backfill_demand([(key, Component.PREFILL)], end_s=time.time(), days=1)
+        )
+        for key in keys
+    ]
+    try:
+        await asyncio.sleep(0.5)  # every back-fill has sent its first range query
+        target = ComponentTarget(
+            key=keys[0], component=Component.PREFILL, ready_group_indexes=frozenset({0})
+        )
+        signals = await asyncio.wait_for(source.observe([target]), timeout=20)
+        assert keys[0] in signals
+        assert not any(task.done() for task in backfills)  # still held by Prometheus
+    finally:
+        release.set()
+        await asyncio.gather(*backfills, return_exceptions=True)
+        source.close()
+        await runner.cleanup()
