@@ -93,7 +93,7 @@ class BackgroundFitter(Generic[Key]):
         self._replace_executor = replace_executor
         self._series: dict[Key, _SeriesState] = {}
         self.fits_abandoned = 0  # fits given up on after `fit_timeout_s`, since the start
-        self.pools_replaced = 0  # worker pools replaced because their worker died
+        self.pools_replaced = 0  # worker pools replaced (a hung fit, or a dead worker)
         self._submissions = 0
 
     def observe(self, key: Key, timestamps_s: list[float], values: list[float]) -> None:
@@ -191,17 +191,16 @@ class BackgroundFitter(Generic[Key]):
             )
             self.fits_abandoned += 1
             log.warning("fit of %r did not finish within %gs; abandoned", key, self.fit_timeout_s)
-        if self._replace_executor is None:
-            return
-        for state in self._series.values():
-            if state.in_flight is not None:
-                self._drop_fit(state, due_s=now_s)
-        self._executor = self._replace_executor(self._executor)
-        log.warning("replaced the fit worker pool to end a hung fit")
+        self._replace_pool(now_s=now_s, why="to end a hung fit")
 
     def _replace_broken(self, *, now_s: float) -> None:
         """A pool whose worker died (an OOM kill) refuses every later fit: replace it, as a
         hung one is, or no model would be fitted again until a restart."""
+        self._replace_pool(now_s=now_s, why="its worker died")
+
+    def _replace_pool(self, *, now_s: float, why: str) -> None:
+        """A new pool (when the owner gave a way to make one); the fits queued on the old
+        one go to it at the next tick."""
         if self._replace_executor is None:
             return
         for state in self._series.values():
@@ -209,7 +208,7 @@ class BackgroundFitter(Generic[Key]):
                 self._drop_fit(state, due_s=now_s)
         self._executor = self._replace_executor(self._executor)
         self.pools_replaced += 1
-        log.warning("replaced the fit worker pool: its worker died")
+        log.warning("replaced the fit worker pool: %s", why)
 
     @staticmethod
     def _drop_fit(state: _SeriesState, *, due_s: float) -> None:

@@ -5,12 +5,13 @@ never answers in time."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -190,6 +191,23 @@ def test_decisions_keep_the_last_plan_after_a_tick_that_stopped_before_planning(
     assert decisions_view(good, last_planned=good)["components"]["serving/chat"]["plan_tick"] == 7
 
 
+@contextlib.asynccontextmanager
+async def fake_prometheus(
+    handler: Callable[[web.Request], Awaitable[web.Response]],
+) -> AsyncIterator[str]:
+    """`handler` answering every request on a local port, as a Prometheus; yields its URL."""
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handler)
+    runner = web.AppRunner(app, shutdown_timeout=0.1)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
+    finally:
+        await runner.cleanup()
+
+
 @pytest.fixture
 async def silent_prometheus() -> AsyncIterator[str]:
     """An HTTP server that accepts Prometheus queries and answers far too late."""
@@ -198,14 +216,8 @@ async def silent_prometheus() -> AsyncIterator[str]:
         await asyncio.sleep(30)
         return web.json_response({"status": "success", "data": {"result": []}})
 
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", slow)
-    runner = web.AppRunner(app, shutdown_timeout=0.1)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    yield f"http://127.0.0.1:{runner.addresses[0][1]}"
-    await runner.cleanup()
+    async with fake_prometheus(slow) as url:
+        yield url
 
 
 async def test_a_prometheus_that_hangs_cannot_stall_the_loop(
@@ -308,15 +320,10 @@ async def test_a_backfill_that_prometheus_refused_is_tried_again() -> None:
             {"status": "success", "data": {"resultType": "matrix", "result": []}}
         )
 
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", prometheus)
-    runner = web.AppRunner(app, shutdown_timeout=0.1)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    source = PrometheusSource(url=f"http://127.0.0.1:{runner.addresses[0][1]}", timeout_s=2)
     key = ComponentKey("serving", "llm")
-    with ThreadPoolExecutor(max_workers=1) as pool:
+    async with fake_prometheus(prometheus) as url:
+        source = PrometheusSource(url=url, timeout_s=2)
+        pool = ThreadPoolExecutor(max_workers=1)
         forecasts = DemandForecasts(executor=pool, backfill_days=2, backfill_retry_s=0.2)
         try:
             forecasts.start_backfill(source, [(key, Component.PREFILL)], now_s=time.time())
@@ -336,7 +343,8 @@ async def test_a_backfill_that_prometheus_refused_is_tried_again() -> None:
             assert forecasts.status(key).backfill_error is None
         finally:
             await forecasts.close()
-            await runner.cleanup()
+            source.close()
+            pool.shutdown()
 
 
 async def test_back_fills_cannot_take_the_threads_the_tick_queries_need() -> None:
@@ -354,30 +362,24 @@ async def test_back_fills_cannot_take_the_threads_the_tick_queries_need() -> Non
             {"status": "success", "data": {"resultType": "vector", "result": []}}
         )
 
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", prometheus)
-    runner = web.AppRunner(app, shutdown_timeout=0.1)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    source = PrometheusSource(url=f"http://127.0.0.1:{runner.addresses[0][1]}", timeout_s=60)
     keys = [ComponentKey("serving", f"llm-{i}") for i in range(8)]
-    backfills = [
-        asyncio.create_task(
-            source.backfill_demand([(key, Component.PREFILL)], end_s=time.time(), days=1)
-        )
-        for key in keys
-    ]
-    try:
-        await asyncio.sleep(0.5)  # every back-fill has sent its first range query
-        target = ComponentTarget(
-            key=keys[0], component=Component.PREFILL, ready_group_indexes=frozenset({0})
-        )
-        signals = await asyncio.wait_for(source.observe([target]), timeout=20)
-        assert keys[0] in signals
-        assert not any(task.done() for task in backfills)  # still held by Prometheus
-    finally:
-        release.set()
-        await asyncio.gather(*backfills, return_exceptions=True)
-        source.close()
-        await runner.cleanup()
+    async with fake_prometheus(prometheus) as url:
+        source = PrometheusSource(url=url, timeout_s=60)
+        backfills = [
+            asyncio.create_task(
+                source.backfill_demand([(key, Component.PREFILL)], end_s=time.time(), days=1)
+            )
+            for key in keys
+        ]
+        try:
+            await asyncio.sleep(0.5)  # every back-fill has sent its first range query
+            target = ComponentTarget(
+                key=keys[0], component=Component.PREFILL, ready_group_indexes=frozenset({0})
+            )
+            signals = await asyncio.wait_for(source.observe([target]), timeout=20)
+            assert keys[0] in signals
+            assert not any(task.done() for task in backfills)  # still held by Prometheus
+        finally:
+            release.set()
+            await asyncio.gather(*backfills, return_exceptions=True)
+            source.close()
