@@ -80,7 +80,7 @@ def with_defaults(own: Mapping[str, str], defaults: Mapping[str, str]) -> dict[s
             continue
         try:
             low, high = int(merged[lower]), int(merged[upper])
-        except ValueError:
+        except (ValueError, TypeError):  # a YAML null or list under the key
             continue  # the LWS's own value is bad; parsing names it
         if min(low, high) < 0:
             continue  # likewise: no default is moved to match a value parsing refuses
@@ -123,6 +123,16 @@ def role_of(lws: Obj, owner: Controller | None) -> str | None:
 def role_scaler_name(set_name: str, role: str) -> str:
     """The RoleScaler the DisaggregatedSet controller creates for an External role."""
     return f"{set_name}-{role}"
+
+
+def owner_defaults(lws: Obj) -> dict[str, str]:
+    """Annotation defaults an LWS takes from its owner: a DisaggregatedSet role's LWS
+    defaults its deployment to the DisaggregatedSet's name, since the role LWS names carry
+    a revision and change at every rollout."""
+    owner = controller_of(lws)
+    if owner is not None and owner.kind == DS_KIND:
+        return {PREFIX + "deployment": owner.name}
+    return {}
 
 
 def controller_problem(obj: Mapping[str, Any]) -> PolicyProblem | None:
@@ -182,15 +192,11 @@ def _controls(owner: Controller, obj: Obj) -> bool:
 def parse_lws(
     lws: Obj, *, key: ComponentKey, default_annotations: Mapping[str, str] | None = None
 ) -> ParsedLws:
-    """What the LWS's own annotations and templates say. A DisaggregatedSet role's LWS
-    defaults its deployment to the DisaggregatedSet's name: the role LWS names carry a
-    revision, so they change at every rollout."""
+    """What the LWS's own annotations and templates say, over the operator's defaults and
+    its owner's (`owner_defaults`)."""
     problems: list[PolicyProblem] = []
     policy: Policy | None = None
-    owner = controller_of(lws)
-    defaults = dict(default_annotations or {})
-    if owner is not None and owner.kind == DS_KIND:
-        defaults[PREFIX + "deployment"] = owner.name
+    defaults = {**(default_annotations or {}), **owner_defaults(lws)}
     try:
         policy = parse_policy(with_defaults(annotations_of(lws), defaults), lws_name=key.lws)
     except PolicyError as err:
@@ -198,7 +204,7 @@ def parse_lws(
     shape: GangShape | None = None
     try:
         shape = gang_shape_from_lws(lws)
-    except (QuantityError, ValueError, TypeError) as err:
+    except (QuantityError, ValueError, TypeError, ArithmeticError) as err:
         problems.append(
             PolicyProblem("spec.leaderWorkerTemplate", None, f"cannot read gang shape: {err}")
         )
@@ -394,11 +400,17 @@ def discover(
     for key, item in found.items():
         by_deployment.setdefault(_deployment_of(key, item), {})[key] = item["policy"]
     for dep, members in by_deployment.items():
-        broken = sorted(k.lws for k, policy in members.items() if policy is None)
+        # A member whose own policy or gang shape cannot be read leaves its partners without
+        # it: planning them alone would scale a deployment that is missing a component.
+        broken = sorted(
+            k.lws
+            for k, policy in members.items()
+            if policy is None or found[k]["shape"] is None or found[k]["problems"]
+        )
         if broken:
             # The deployment holds as a whole; say why, rather than "no decode component".
-            for key, policy in members.items():
-                if policy is not None:
+            for key in members:
+                if key.lws not in broken:
                     found[key]["problems"].append(
                         PolicyProblem(
                             PREFIX + "deployment",

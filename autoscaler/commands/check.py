@@ -31,6 +31,7 @@ from pydantic import ValidationError
 
 from autoscaler.adapters.kube_discovery import (
     controller_problem,
+    owner_defaults,
     role_scaler_name,
     static_role,
     with_defaults,
@@ -177,6 +178,9 @@ def _candidates(
                 metadata,
                 doc,
                 ScaleTarget.lws(key.lws),
+                # `kubectl get lws -o yaml` of a DisaggregatedSet's roles: grouped as the
+                # service groups them, by the owner's name
+                defaults=owner_defaults(doc),
                 findings=(Finding(source, str(key), owned.annotation, owned.detail),)
                 if owned is not None
                 else (),
@@ -238,7 +242,11 @@ def check_documents(
             findings.append(Finding(source, subject, "metadata.annotations", "must be a mapping"))
             continue
         if not is_enabled(annotations):
-            if any(str(k).startswith(PREFIX) for k in annotations):
+            # Policy annotations without `enabled` look like a forgotten opt-in; an explicit
+            # "false" is a deployment parked on purpose (docs/operators.md), not a problem.
+            if PREFIX + "enabled" not in annotations and any(
+                str(k).startswith(PREFIX) for k in annotations
+            ):
                 findings.append(
                     Finding(
                         source,
@@ -268,7 +276,7 @@ def check_documents(
                 )
         try:
             gang_shape_from_lws(lws.lws)
-        except (QuantityError, ValueError, TypeError) as err:
+        except (QuantityError, ValueError, TypeError, ArithmeticError) as err:
             findings.append(Finding(source, subject, lws.template_path, str(err)))
         except AttributeError as err:  # a list or a scalar where the template has a mapping
             findings.append(Finding(source, subject, lws.template_path, f"malformed: {err}"))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal, DecimalException
 from typing import Any
 
 Resources = Mapping[str, int]
@@ -41,6 +41,9 @@ _QUANTITY = re.compile(
 )
 
 
+_MAX_QUANTITY = Decimal(2**63 - 1)
+
+
 class QuantityError(ValueError):
     """A Kubernetes resource quantity that cannot be parsed."""
 
@@ -57,12 +60,16 @@ def parse_quantity(resource: str, text: str | int | float) -> int:
         raise QuantityError(f"{resource}: {raw!r} is not a Kubernetes quantity")
     try:
         number = Decimal(match.group(1)) * _SUFFIXES[match.group(2) or ""]
-    except InvalidOperation as err:
+        if resource == "cpu":
+            number *= 1000
+    except DecimalException as err:  # InvalidOperation, and Overflow for "1e999999"
         raise QuantityError(f"{resource}: {raw!r} is not a Kubernetes quantity") from err
     if number < 0:
         raise QuantityError(f"{resource}: {raw!r} is negative")
-    if resource == "cpu":
-        number *= 1000
+    # The API server stores quantities as int64 (milli-units for CPU); anything larger is no
+    # real request, and converting "1e999990" to an int would take a million-digit integer.
+    if number > _MAX_QUANTITY:
+        raise QuantityError(f"{resource}: {raw!r} is larger than Kubernetes allows")
     return int(number.to_integral_value(rounding="ROUND_CEILING"))
 
 

@@ -67,6 +67,42 @@ def test_a_bad_annotation_is_a_problem_not_an_exception():
     )
 
 
+def _with_cpu(lws, cpu):
+    container = lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]
+    container.setdefault("resources", {}).setdefault("requests", {})["cpu"] = cpu
+    return lws
+
+
+def test_an_unreadable_quantity_holds_its_deployment_and_no_other():
+    # "1e999999" passes the LWS schema; Decimal's Overflow escaped parsing and stopped
+    # discovery, so no LWS in the cluster was scaled.
+    prefill, decode = _pd()
+    other = vllm_lws(name="other", annotations=ON)
+    found = discover([_with_cpu(prefill, "1e999999"), decode, other])
+    broken = found[ComponentKey("serving", "llama-prefill")]
+    assert broken.shape is None and not broken.usable
+    assert "cannot read gang shape" in broken.problems[0].detail
+    assert not found[ComponentKey("serving", "llama-decode")].usable
+    assert found[ComponentKey("serving", "other")].usable
+
+
+def test_a_duplicate_component_with_an_unreadable_shape_holds_the_whole_deployment():
+    # Two prefill LWS, one of them with a negative CPU request: the core never sees the
+    # broken one, so unless the deployment holds it plans the other prefill and the decode
+    # as a valid pair and scales them.
+    prefill, decode = _pd()
+    twin = vllm_lws(
+        name="llama-prefill-2",
+        annotations={**ON, "gang-autoscaler.io/deployment": "llama",
+                     "gang-autoscaler.io/component": "prefill"},
+    )  # fmt: skip
+    found = discover([prefill, _with_cpu(twin, "-1"), decode])
+    assert not any(c.usable for c in found.values())
+    assert "component llama-prefill-2 of this deployment has a policy problem" in str(
+        found[ComponentKey("serving", "llama-decode")].problems
+    )
+
+
 def _owned_by(lws, kind, *, controller, uid="0b6f"):
     lws["metadata"]["ownerReferences"] = [
         {"apiVersion": "disaggregatedset.x-k8s.io/v1", "kind": kind, "name": "llama",

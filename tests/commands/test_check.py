@@ -391,6 +391,60 @@ def test_the_lws_of_a_disaggregated_set_role_is_checked_in_the_set(tmp_path, cap
     assert main(["check", str(path)]) == 0, capsys.readouterr().out
 
 
+def test_the_lws_of_a_disaggregated_set_role_defaults_its_deployment_to_the_set(tmp_path, capsys):
+    # Without a `deployment` annotation the service groups a set's role LWS by the set's
+    # name; grouping them by their own names found "no decode component" for each.
+    base = {PREFIX + "component": "prefill"}
+    path = manifest(tmp_path, ("chat-prefill-abc12", base),
+                    ("chat-decode-abc12", {PREFIX + "component": "decode"}))  # fmt: skip
+    docs = list(yaml.safe_load_all(path.read_text()))
+    for doc in docs:
+        doc["metadata"]["ownerReferences"] = [
+            {"apiVersion": "disaggregatedset.x-k8s.io/v1", "kind": "DisaggregatedSet",
+             "name": "chat", "uid": "u1", "controller": True},
+        ]  # fmt: skip
+    path.write_text(yaml.safe_dump_all(docs))
+    assert main(["check", str(path)]) == 0, capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("enabled", "expected_exit"),
+    [
+        pytest.param({}, 1, id="policy-without-enabled-is-a-forgotten-opt-in"),
+        pytest.param({PREFIX + "enabled": "false"}, 0, id="enabled-false-is-parked-on-purpose"),
+    ],
+)
+def test_policy_annotations_on_an_lws_not_opted_in(tmp_path, capsys, enabled, expected_exit):
+    path = tmp_path / "lws.yaml"
+    annotations = {PREFIX + "max-replicas": "4", **enabled}
+    path.write_text(LWS.format(name="a", annotations=json.dumps(annotations)))
+    assert main(["check", str(path)]) == expected_exit, capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("annotations", "where", "expected"),
+    [
+        # a YAML null under a bound raised TypeError out of the defaults merge: a traceback
+        pytest.param({PREFIX + "max-buffer": None}, PREFIX + "max-buffer",
+                     "annotation values must be strings", id="null-annotation"),
+        pytest.param({}, "spec.leaderWorkerTemplate", "is not a Kubernetes quantity",
+                     id="quantity-overflow"),
+    ],
+)  # fmt: skip
+def test_values_that_used_to_crash_check_are_findings(tmp_path, capsys, annotations, where,
+                                                      expected):  # fmt: skip
+    doc = yaml.safe_load(LWS.format(name="a", annotations="{}"))
+    doc["metadata"]["annotations"] = {PREFIX + "enabled": "true", **annotations}
+    if where == "spec.leaderWorkerTemplate":
+        container = doc["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]
+        container["resources"]["requests"] = {"cpu": "1e999999"}
+    path = tmp_path / "lws.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    assert main(["check", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert f"{path}: serving/a: {where}: " in out and expected in out, out
+
+
 def _external(doc):
     for role in doc["spec"]["roles"]:
         role["scaling"] = {"mode": "External"}

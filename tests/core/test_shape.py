@@ -27,10 +27,23 @@ def test_quantities(resource, text, value):
     assert parse_quantity(resource, text) == value
 
 
-@pytest.mark.parametrize("text", ["8 GPUs", "1.2.3", "-1", "Gi"])
-def test_bad_quantities(text):
+@pytest.mark.parametrize(
+    "text",
+    [
+        "8 GPUs",
+        "1.2.3",
+        "-1",
+        "Gi",
+        # The LWS schema accepts these; Decimal raised Overflow (not a ValueError) on the
+        # first, which stopped discovery for every LWS in the cluster.
+        pytest.param("1e999999", id="decimal-overflow"),
+        pytest.param("1e30", id="over-int64"),
+    ],
+)
+@pytest.mark.parametrize("resource", ["memory", "cpu"])
+def test_bad_quantities(resource, text):
     with pytest.raises(QuantityError):
-        parse_quantity("memory", text)
+        parse_quantity(resource, text)
 
 
 def load(name: str) -> dict:
