@@ -54,8 +54,21 @@ def capacity_per_gang(policy: Policy, learned: float | None) -> float | None:
     return policy.capacity_per_replica if policy.capacity_per_replica is not None else learned
 
 
+# Far above any `max-replicas` (at most 1,000,000); the bounds clamp to it.
+GANGS_CEILING = 10**9
+
+
+def ceil_gangs(value: float) -> int:
+    """`ceil(value)` in whole gangs. The epsilon keeps float noise from adding a gang
+    (2 * 4.0 / 4.0 stays 2); an absurd but finite quotient (2 waiting over a target of
+    1e-308 is inf) gives `GANGS_CEILING`, which the bounds then clamp, not OverflowError."""
+    if value >= GANGS_CEILING:
+        return GANGS_CEILING
+    return math.ceil(value - 1e-9)
+
+
 def gangs_for_demand(demand: float, capacity: float) -> int:
     """Whole gangs needed to serve `demand` at target."""
     if demand <= 0:
         return 0
-    return math.ceil(demand / capacity - 1e-9)
+    return ceil_gangs(demand / capacity)

@@ -10,10 +10,10 @@ Must not import: asyncio, aiohttp, kubernetes_asyncio, prometheus_api_client, st
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from autoscaler.core.capacity import ceil_gangs
 from autoscaler.core.gang_plan import Reason
 from autoscaler.core.model import Component, ComponentKey
 from autoscaler.core.policy import Policy, RatioBand
@@ -71,9 +71,9 @@ def couple_deployment(
         # no count within both maximums is in the band: raise the short side as far as it
         # goes, the nearest the band allows
         if p / d < band.low:
-            raised = (min(math.ceil(band.low * d - 1e-9), policies[p_key].max_replicas), d)
+            raised = (min(ceil_gangs(band.low * d), policies[p_key].max_replicas), d)
         else:
-            raised = (p, min(math.ceil(p / band.high - 1e-9), policies[d_key].max_replicas))
+            raised = (p, min(ceil_gangs(p / band.high), policies[d_key].max_replicas))
     new_p, new_d = raised
     if new_p > p:
         out[p_key] = Coupled(new_p, Reason.RATIO_BAND, f"prefill raised to keep {band}")
@@ -89,9 +89,9 @@ def _smallest_in_band(
     short side misses a narrow band (1:3 from 1:4 needs 2:6, not 2:4). The search stops a
     hundred decode gangs past where the band's upper end first allows the prefill count:
     a band written as a ratio of small numbers repeats well within that."""
-    first = max(decode, math.ceil(prefill / band.high - 1e-9)) if band.high > 0 else decode
+    first = max(decode, ceil_gangs(prefill / band.high)) if band.high > 0 else decode
     for d in range(decode, min(max_decode, first + 100) + 1):
-        p = max(prefill, math.ceil(band.low * d - 1e-9))
+        p = max(prefill, ceil_gangs(band.low * d))
         if p <= max_prefill and band.contains(p, d):
             return p, d
     return None

@@ -169,6 +169,7 @@ class Policy(BaseModel):
         return self.deployment or lws_name
 
 
+_ALIASES = frozenset(info.alias or name for name, info in Policy.model_fields.items())
 ANNOTATIONS: tuple[str, ...] = tuple(
     PREFIX + (info.alias or name) for name, info in Policy.model_fields.items()
 )
@@ -236,6 +237,19 @@ def parse_policy(annotations: Mapping[str, str] | None, *, lws_name: str) -> Pol
         for key, value in raw.items()
         if not isinstance(value, str)
     ]
+    # The model also takes its field names (`max_replicas`), for code that builds a Policy;
+    # an annotation is only ever its alias (`max-replicas`).
+    for key in raw.keys() - _ALIASES:
+        hint = key.replace("_", "-")
+        problems.append(
+            PolicyProblem(
+                PREFIX + key,
+                None,
+                "unknown annotation under "
+                + PREFIX
+                + (f"; did you mean {PREFIX}{hint}?" if hint in _ALIASES else ""),
+            )
+        )
     unparsed = {p.annotation.removeprefix(PREFIX) for p in problems}
     cause: ValidationError | None = None
     try:

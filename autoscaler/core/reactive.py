@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from autoscaler.core.capacity import ceil_gangs
 from autoscaler.core.gang_plan import Reason
 from autoscaler.core.model import ComponentObservation
 from autoscaler.core.policy import Policy
@@ -41,13 +42,12 @@ def _signal_proposal(
     """Gangs proposed by one signal, and its usage ratio (observed per gang / target)."""
     if ready_gangs == 0:
         # No ready gang to average over: size straight from the total load.
-        wanted = math.ceil(total / target_per_gang - 1e-9) if total > 0 else 0
+        wanted = ceil_gangs(total / target_per_gang) if total > 0 else 0
         return max(wanted, 1 if total > 0 else 0), math.inf if total > 0 else 0.0
     ratio = (total / ready_gangs) / target_per_gang
     if abs(ratio - 1.0) <= tolerance:
         return current_gangs, ratio
-    # The small epsilon keeps 2 * 4.0 / 4.0 from becoming 3 through float noise.
-    wanted = math.ceil(ready_gangs * ratio - 1e-9)
+    wanted = ceil_gangs(ready_gangs * ratio)
     if ratio > 1.0:
         # Over target, gangs not ready yet (starting) are counted as idle, as HPA counts
         # unready pods on a scale-up; when that reverses the direction it holds. Over target

@@ -801,3 +801,19 @@ def test_a_denormal_demand_is_not_learned_as_a_capacity_of_zero():
     assert memory.learned_capacity_per_gang is None
     result, _ = decide(obs(ready=2, waiting=4, kv=0.6), policy(), fc=forecast(100), memory=memory)
     assert result.desired_gangs == 2
+
+
+@pytest.mark.parametrize(
+    "pol",
+    [
+        pytest.param(policy(target_waiting=1e-308, max_scale_up=100), id="target-waiting-1e-308"),
+        pytest.param(policy(target_kv_cache=1e-308, max_scale_up=100), id="target-kv-1e-308"),
+        pytest.param(policy(capacity_per_replica=1e-308, max_scale_up=100), id="capacity-1e-308"),
+    ],
+)
+def test_an_absurd_but_valid_setting_scales_to_the_maximum_instead_of_failing(pol):
+    """Annotations the schema accepts made `ceil` of an infinite quotient raise
+    OverflowError, and the deployment was held as "planning failed" with no Event naming
+    the annotation."""
+    result, _ = decide(obs(ready=2, waiting=2, kv=0.5, demand=1000), pol, fc=forecast(1000))
+    assert result.desired_gangs == pol.max_replicas

@@ -128,6 +128,20 @@ def test_each_bad_annotation_is_one_precise_problem(fields, annotation, fragment
     assert fragment in problems[0].message
 
 
+@pytest.mark.parametrize("key", ["max_replicas", "dry_run", "lead_time_s", "min_buffer"])
+def test_a_field_name_is_not_an_annotation(key):
+    # The model takes its field names for code that builds a Policy; as annotations they were
+    # applied silently (and `min_buffer` problems named `min-buffer`, never written).
+    value = {"max_replicas": "50", "dry_run": "true", "lead_time_s": "1h", "min_buffer": "3"}[key]
+    with pytest.raises(PolicyError) as caught:
+        parse_policy({PREFIX + "enabled": "true", PREFIX + key: value}, lws_name="llm")
+    [problem] = caught.value.problems
+    assert problem.annotation == PREFIX + key
+    assert problem.message.startswith("unknown annotation")
+    if key != "lead_time_s":
+        assert f"did you mean {PREFIX}{key.replace('_', '-')}?" in problem.message
+
+
 def test_several_bad_annotations_give_several_problems():
     with pytest.raises(PolicyError) as caught:
         parse_policy(annotations(min_replicas="x", lead_time="soon"), lws_name="llm")
