@@ -264,7 +264,8 @@ class Actuator:
                 type_=NORMAL,
                 reason="LearnedCapacityForgotten",
                 message=(
-                    f"the gang template changed: capacity per gang "
+                    "the gang template, the demand query (the component's kind) or the "
+                    f"LWS object changed: capacity per gang "
                     f"{plan.forgotten_capacity_per_gang:g} learned for the old one is forgotten "
                     "and will be learned again at the next saturation"
                 ),

@@ -67,12 +67,23 @@ class KubeState:
             if c.discovered.problems
         }
 
-    def observations(self, signals: Mapping[ComponentKey, Signals]) -> Observations:
+    def observations(
+        self,
+        signals: Mapping[ComponentKey, Signals],
+        *,
+        capacity_keys: Mapping[ComponentKey, str] | None = None,
+    ) -> Observations:
         """The core's input, with the given signals (a component without an entry gets
         all-None signals, so the core holds it). Components whose gang shape is unreadable
-        are left out: there is nothing to decide with."""
+        are left out: there is nothing to decide with. `capacity_keys` replace the template
+        digest as what a learned capacity holds for (`CapacityIdentity.key`)."""
+        keys = capacity_keys or {}
         comps = {
-            key: dataclasses.replace(c.observation, signals=signals.get(key, Signals()))
+            key: dataclasses.replace(
+                c.observation,
+                signals=signals.get(key, Signals()),
+                template=keys.get(key, c.observation.template),
+            )
             for key, c in self.components.items()
             if c.observation is not None
         }

@@ -61,6 +61,13 @@ class CapacityIdentity:
         """The values of `IDENTITY_LABELS`, in that order."""
         return astuple(self)
 
+    @property
+    def key(self) -> str:
+        """One string for the whole identity: the core forgets a learned capacity when the
+        observation's `template` changes, and a new demand query (a component whose kind
+        changed measures in another unit) must count as a change as much as a new image."""
+        return "|".join(self.label_values())
+
 
 # The labels, beyond the component's, that say what a learned value is valid for: the
 # fields of `CapacityIdentity`, named alike.

@@ -122,7 +122,7 @@ class CapacityRestore:
             components[key] = replace(
                 current,
                 learned_capacity_per_gang=restored.capacity_per_gang,
-                learned_template=identity.template,
+                learned_template=identity.key,
             )
             written = datetime.fromtimestamp(restored.written_at_s, tz=UTC).isoformat()
             log.info(

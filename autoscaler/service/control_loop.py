@@ -352,7 +352,9 @@ class ControlLoop:
 
         # plan: the pure core
         parts["phase"] = "plan"
-        observations = state.observations(signals)
+        observations = state.observations(
+            signals, capacity_keys={key: identity.key for key, identity in identities.items()}
+        )
         self.memory = seed_memory(self.memory, observations, now_s=now_s)
         self.memory = self._capacity_restore.apply(self.memory, identities)
         gang_plan, self.memory = plan_isolated(
@@ -487,11 +489,15 @@ class ControlLoop:
                     )
             self._log_decision(key, plan, signals.get(key), forecasts.get(key), leader=leader)
             if plan.forgotten_capacity_per_gang is not None:
+                now_for = identities.get(key)
                 log.info(
-                    "%s: gang template changed (now %s); capacity per gang %g learned for the "
-                    "old one is forgotten and will be learned again at the next saturation",
+                    "%s: gang template, demand query or LWS object changed (now template %s, "
+                    "demand query %s, uid %s); capacity per gang %g learned for the old one is "
+                    "forgotten and will be learned again at the next saturation",
                     key,
-                    state.components[key].discovered.template,
+                    now_for.template if now_for else "?",
+                    now_for.demand_query if now_for else "?",
+                    now_for.lws_uid if now_for else "?",
                     plan.forgotten_capacity_per_gang,
                     extra={"component_key": str(key)},
                 )
@@ -523,7 +529,7 @@ class ControlLoop:
                 # a held component keeps what it learned for an older template until its
                 # next plan forgets it; that value is not this template's to export
                 memory = self.memory.of(key)
-                same = memory.learned_template == identity.template
+                same = memory.learned_template == identity.key
                 self._metrics.observe_learned_capacity(
                     labels,
                     identity=identity,

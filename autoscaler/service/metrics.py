@@ -176,7 +176,8 @@ class ServiceMetrics:
         self.learned_capacity_forgotten = Counter(
             PREFIX + "learned_capacity_forgotten",
             "Learned capacities per gang dropped because the LeaderWorkerSet's gang template "
-            "changed (a new image, model or parallelism); learned again at the next saturation.",
+            "(a new image, model or parallelism), its demand query (a new component kind or "
+            "query) or the object itself changed; learned again at the next saturation.",
             COMPONENT_LABELS,
             registry=r,
         )

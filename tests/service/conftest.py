@@ -28,6 +28,7 @@ NAMESPACES = (
     "owned",
     "roles",
     "mirror",
+    "flip",
 )
 
 

@@ -174,7 +174,10 @@ async def test_a_restart_restores_the_learned_capacity(
         await wait_until(counted, timeout_s=10, what="the forgotten capacity to be counted once")
         new_template = template_digest(kube.object("leaderworkersets", NS, PREFILL) or {})
         assert any(
-            r.getMessage().startswith(f"{NS}/{PREFILL}: gang template changed (now {new_template})")
+            r.getMessage().startswith(
+                f"{NS}/{PREFILL}: gang template, demand query or LWS object changed "
+                f"(now template {new_template}, "
+            )
             for r in caplog.records
         )
     finally:
@@ -184,3 +187,58 @@ async def test_a_restart_restores_the_learned_capacity(
             await second.close()
         if first.task is not None and not first.task.done():
             await first.close()
+
+
+async def test_a_component_whose_kind_changes_forgets_its_capacity(
+    kube: FakeKube, live: Live
+) -> None:
+    """Prefill and decode annotations swapped by mistake, then fixed on both LWS: what the
+    "prefill" LWS learned while it read generated tokens/s must not divide prompt tokens/s.
+    The gang template is unchanged, so only the demand query tells the units apart."""
+    ns = "flip"
+    kube.add_namespace(ns)
+    swapped = {
+        PREFILL: {**NO_BUFFER, "gang-autoscaler.io/component": "decode"},
+        DECODE: {**NO_BUFFER, "gang-autoscaler.io/component": "prefill"},
+    }
+    for manifest in pd_manifests(ns, swapped):
+        kube.apply(manifest)
+    # The LWS named prefill runs near its KV target reading 400 generated tokens/s.
+    live.exporter.set_lws(namespace=ns, lws=PREFILL, waiting=0, kv_usage_fraction=0.76,
+                          generation_tokens_per_s=400, prompt_tokens_per_s=20_000)  # fmt: skip
+    live.exporter.set_lws(namespace=ns, lws=DECODE, waiting=0, kv_usage_fraction=0.3)
+    running = await start_service(kube, settings_for(live.prometheus.url))
+
+    async def capacity() -> float | None:
+        _, body = await running.get("/decisions")
+        plan = body["components"].get(f"{ns}/{PREFILL}", {}).get("plan")
+        return plan["capacity_per_gang"] if plan else None
+
+    try:
+        await wait_until(lambda: _learned(capacity), timeout_s=20, what="a decode capacity")
+        learned = await capacity()
+        assert learned is not None and learned < 1000  # generated tokens/s, not prompt
+        # Stop it learning again, so only forgetting can clear it.
+        live.exporter.set_lws(namespace=ns, lws=PREFILL, kv_usage_fraction=0.3)
+        for name, kind in ((PREFILL, "prefill"), (DECODE, "decode")):
+            kube.patch(
+                kube.resource("leaderworkersets"),
+                ns,
+                name,
+                {"metadata": {"annotations": {"gang-autoscaler.io/component": kind}}},
+                content_type="application/merge-patch+json",
+            )
+
+        async def forgotten() -> bool:
+            _, body = await running.get("/decisions")
+            component = body["components"].get(f"{ns}/{PREFILL}", {})
+            plan = component.get("plan") or {}
+            return component.get("component") == "prefill" and plan.get("capacity_per_gang") is None
+
+        await wait_until(forgotten, timeout_s=15, what="the capacity in the old unit to go")
+    finally:
+        await running.close()
+
+
+async def _learned(capacity) -> bool:  # type: ignore[no-untyped-def]
+    return await capacity() is not None
