@@ -59,6 +59,22 @@ ENV_PREFIX = "GANG_AUTOSCALER_"
 # may share its environment: the traces directory of `simulate` and `backtest`
 # (forecasting.traces.TRACES_ENV; not imported, as that module brings pandas with it).
 OTHER_ENV_VARIABLES = frozenset({"GANG_AUTOSCALER_TRACES"})
+# What the kubelet injects for each Service in the namespace while `enableServiceLinks` is on
+# (the chart turns it off): a Service named `gang-autoscaler` gives GANG_AUTOSCALER_SERVICE_HOST,
+# GANG_AUTOSCALER_PORT_8080_TCP_ADDR and so on. Passed over, not refused, when they set nothing.
+_SERVICE_LINK = re.compile(
+    r"^[A-Z0-9_]+_(SERVICE_HOST|SERVICE_PORT(_[A-Z0-9_]+)?|PORT_[0-9]+_(TCP|UDP|SCTP)(_[A-Z]+)?)$"
+)
+# `<SERVICE>_PORT` alone holds a URL such as tcp://10.96.0.7:8080; a misspelled setting
+# ending in _PORT (GANG_AUTOSCALER_HTP_PORT=8080) holds a number and is still refused.
+_SERVICE_LINK_URL = re.compile(r"^[A-Z0-9_]+_PORT$")
+
+
+def _is_service_link(variable: str, value: str) -> bool:
+    name = variable.upper()
+    if _SERVICE_LINK.match(name):
+        return True
+    return bool(_SERVICE_LINK_URL.match(name)) and value.startswith(("tcp://", "udp://", "sctp://"))
 # The shortest leader Lease that leaves whole seconds for the renew deadline and retries.
 MIN_LEASE_DURATION_S = 3
 # The shortest duration setting: timedelta keeps whole microseconds, so 1ns would read as 0s.
@@ -583,6 +599,8 @@ def _check_environment(environ: Mapping[str, str]) -> dict[str, str]:
             continue
         found = _setting_of(variable)
         if found is None:
+            if _is_service_link(variable, environ[variable]):
+                continue
             problems.append(f"  environment variable {variable}: {_unknown_variable(variable)}")
             continue
         setting, info = found

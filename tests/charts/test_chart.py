@@ -211,6 +211,9 @@ def test_deployment_is_hardened_and_probed(rendered: list[dict[str, Any]]) -> No
     assert security["allowPrivilegeEscalation"] is False
     assert security["capabilities"] == {"drop": ["ALL"]}
     assert security["seccompProfile"] == {"type": "RuntimeDefault"}
+    # Service links put GANG_AUTOSCALER_SERVICE_HOST (this release's Service, when it is
+    # named gang-autoscaler) among the settings' variables.
+    assert pod["enableServiceLinks"] is False
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert container["resources"]["requests"]["memory"]

@@ -406,6 +406,34 @@ def test_the_projects_own_variables_are_accepted(monkeypatch: pytest.MonkeyPatch
     assert settings.prometheus_headers == {"x_org": "team-a"}
 
 
+# What the kubelet injects for a Service named `gang-autoscaler` (the documented release
+# name) or `gang-autoscaler-shadow` while `enableServiceLinks` is on.
+SERVICE_LINKS = {
+    "GANG_AUTOSCALER_SERVICE_HOST": "10.96.12.34",
+    "GANG_AUTOSCALER_SERVICE_PORT": "8080",
+    "GANG_AUTOSCALER_SERVICE_PORT_HTTP": "8080",
+    "GANG_AUTOSCALER_PORT": "tcp://10.96.12.34:8080",
+    "GANG_AUTOSCALER_PORT_8080_TCP": "tcp://10.96.12.34:8080",
+    "GANG_AUTOSCALER_PORT_8080_TCP_PROTO": "tcp",
+    "GANG_AUTOSCALER_PORT_8080_TCP_PORT": "8080",
+    "GANG_AUTOSCALER_PORT_8080_TCP_ADDR": "10.96.12.34",
+    "GANG_AUTOSCALER_SHADOW_SERVICE_HOST": "10.96.12.35",
+    "GANG_AUTOSCALER_SHADOW_PORT": "tcp://10.96.12.35:8080",
+}
+
+
+def test_service_link_variables_are_not_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """They made the service refuse to start (exit 2) in a pod of the documented install."""
+    for variable, value in SERVICE_LINKS.items():
+        monkeypatch.setenv(variable, value)
+    settings = _load("--prometheus-url", "http://p:1")
+    assert settings.http_port == 8080
+    # a misspelled setting that happens to end in _PORT is still refused
+    assert "GANG_AUTOSCALER_HTP_PORT: unknown setting" in _refusal_of(
+        monkeypatch, "GANG_AUTOSCALER_HTP_PORT", "9090"
+    )
+
+
 def test_an_undecodable_environment_value_names_the_variable_not_a_config_file(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
