@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_origin
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import (
@@ -75,6 +76,8 @@ def _is_service_link(variable: str, value: str) -> bool:
     if _SERVICE_LINK.match(name):
         return True
     return bool(_SERVICE_LINK_URL.match(name)) and value.startswith(("tcp://", "udp://", "sctp://"))
+
+
 # The shortest leader Lease that leaves whole seconds for the renew deadline and retries.
 MIN_LEASE_DURATION_S = 3
 # The shortest duration setting: timedelta keeps whole microseconds, so 1ns would read as 0s.
@@ -167,7 +170,10 @@ def _header_pairs(value: Any) -> Any:
         for item in value:
             name, sep, header_value = str(item).partition("=")
             if not sep:
-                raise ValueError(f"expected NAME=VALUE, got a header without '=' ({name!r})")
+                # never echoed whole: "Authorization: Bearer ..." carries the credential
+                named, colon, _ = str(item).partition(":")
+                hint = f" ({named.strip()!r}: write {named.strip()}=VALUE)" if colon else ""
+                raise ValueError(f"expected NAME=VALUE, got a header without '='{hint}")
             pairs[name.strip()] = header_value.strip()
         return pairs
     return value
@@ -193,6 +199,18 @@ def _valid_headers(value: dict[str, str]) -> dict[str, str]:
     if broken:  # the value itself is never echoed: it may be a credential
         raise ValueError(f"line break in the value of {', '.join(broken)}")
     return value
+
+
+def _no_userinfo(url: str) -> str:
+    # requests would send user:password@ as basic auth, and the URL is logged at start and
+    # stored in the chart's ConfigMap. The message never echoes the URL.
+    parts = urlsplit(url)
+    if parts.username is not None or parts.password is not None:
+        raise ValueError(
+            "credentials in the URL (user:password@) would be logged and stored in plain "
+            "text; set prometheus_basic_auth_username and prometheus_basic_auth_password_file"
+        )
+    return url
 
 
 def _secret_file_readable(setting: str) -> Any:
@@ -228,7 +246,7 @@ class RunSettings(BaseSettings):
         default=None,
         description="Kubeconfig file. Unset: in-cluster config, then ~/.kube/config.",
     )
-    prometheus_url: str = Field(
+    prometheus_url: Annotated[str, AfterValidator(_no_userinfo)] = Field(
         ...,
         pattern=r"^https?://[^\s]+$",
         description="Base URL of the Prometheus HTTP API, e.g. "
@@ -423,31 +441,42 @@ class RunSettings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         # Flags arrive as init kwargs; the YAML file (if any) is set per load on a subclass.
-        return (init_settings, env_settings, _ConfigFileSource(settings_cls))
+        return (init_settings, _EnvSource(settings_cls), _ConfigFileSource(settings_cls))
 
 
-class _ConfigFileSource(YamlConfigSettingsSource):
-    """The `--config` file, less the Prometheus headers that a source above it (the
-    environment) already sets under another spelling of the name.
+def _headers_not_above(values: Mapping[str, Any], above: Mapping[str, Any]) -> dict[str, Any]:
+    """`values` less the Prometheus headers that a source above it already sets, under any
+    spelling of the name.
 
     pydantic-settings merges the sources' mappings by exact key and reads variable names in
     lower case, so GANG_AUTOSCALER_PROMETHEUS_HEADERS__X-Scope-OrgID arrives as
     `x-scope-orgid` beside the file's `X-Scope-OrgID` (which the chart's ConfigMap holds).
-    Both would reach requests, which sends one header with the file's value: the environment
-    would lose to the file. The lower case itself is harmless, header names being
-    case-insensitive (Go servers such as Mimir, Cortex and Thanos canonicalise them).
+    Both would reach requests, which sends one header with the lower source's value. The lower
+    case itself is harmless, header names being case-insensitive (Go servers such as Mimir,
+    Cortex and Thanos canonicalise them).
     """
+    out = dict(values)
+    headers, taken_by = out.get("prometheus_headers"), above.get("prometheus_headers")
+    if isinstance(headers, dict) and isinstance(taken_by, dict):
+        taken = {str(name).lower() for name in taken_by}
+        out["prometheus_headers"] = {
+            name: text for name, text in headers.items() if str(name).lower() not in taken
+        }
+    return out
+
+
+class _EnvSource(EnvSettingsSource):
+    """The environment, less the headers the flags set (`_headers_not_above`)."""
 
     def __call__(self) -> dict[str, Any]:
-        values = dict(super().__call__())
-        headers = values.get("prometheus_headers")
-        above = self.current_state.get("prometheus_headers")
-        if isinstance(headers, dict) and isinstance(above, dict):
-            taken = {str(name).lower() for name in above}
-            values["prometheus_headers"] = {
-                name: text for name, text in headers.items() if str(name).lower() not in taken
-            }
-        return values
+        return _headers_not_above(super().__call__(), self.current_state)
+
+
+class _ConfigFileSource(YamlConfigSettingsSource):
+    """The `--config` file, less the headers the flags or the environment set."""
+
+    def __call__(self) -> dict[str, Any]:
+        return _headers_not_above(super().__call__(), self.current_state)
 
 
 # Flags of `run`: (flag, field, argparse kwargs). Everything except the nested `queries` and
@@ -625,6 +654,19 @@ def _check_environment(environ: Mapping[str, str]) -> dict[str, str]:
     return named
 
 
+def _flag_headers(given: list[str]) -> dict[str, str]:
+    """`--prometheus-header` flags as a mapping that merges with the environment's and the
+    file's headers, name by name, instead of replacing them: a list replaced them all, so
+    one flag dropped the file's tenant header (X-Scope-OrgID) and every query failed. The
+    sources below drop the names it sets, in any case (`_headers_not_above`).
+    """
+    try:
+        pairs = _valid_headers(_header_pairs(given))
+    except ValueError as err:
+        raise SettingsError(f"invalid settings:\n  prometheus_headers: {err}") from err
+    return pairs
+
+
 def load_settings(args: argparse.Namespace | None = None) -> RunSettings:
     """Merge flags > environment > config file > defaults into one validated `RunSettings`.
 
@@ -636,6 +678,8 @@ def load_settings(args: argparse.Namespace | None = None) -> RunSettings:
     flags = {field: given[field] for _, field, _ in _FLAGS if field in given}
     if isinstance(given.get("log_level"), str):  # the CLI's top-level --log-level
         flags["log_level"] = given["log_level"].upper()
+    if "prometheus_headers" in flags:
+        flags["prometheus_headers"] = _flag_headers(flags["prometheus_headers"])
     if config_file is not None:
         _check_config_file(Path(config_file))
     from_environment = _check_environment(os.environ)

@@ -257,6 +257,42 @@ def test_a_header_in_the_environment_beats_the_file_whatever_the_case(
     assert settings.prometheus_headers == {"X-SCOPE-ORGID": "from-json", "X-Extra": "kept"}
 
 
+def test_a_header_flag_adds_to_the_headers_below_it_instead_of_replacing_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One --prometheus-header used to drop every header of the file and the environment:
+    the Mimir tenant header went, and every query failed."""
+    config = _write(tmp_path, "prometheus_headers:\n  X-Scope-OrgID: tenant\n  X-Extra: file\n")
+    monkeypatch.setenv("GANG_AUTOSCALER_PROMETHEUS_HEADERS__X-Env", "env")
+    monkeypatch.setenv("GANG_AUTOSCALER_PROMETHEUS_HEADERS__Authorization", "from-env")
+    settings = _load(
+        "--config", config, "--prometheus-url", "http://p:1",
+        "--prometheus-header", "Authorization=Bearer flag",
+        "--prometheus-header", "x-extra=flag",
+    )  # fmt: skip
+    assert settings.prometheus_headers == {
+        "Authorization": "Bearer flag",  # beats the environment's, whatever the case
+        "x-extra": "flag",  # beats the file's
+        "x-env": "env",
+        "X-Scope-OrgID": "tenant",
+    }
+
+
+def test_a_curl_style_header_flag_is_refused_without_echoing_its_value() -> None:
+    with pytest.raises(SettingsError) as raised:
+        _load("--prometheus-url", "http://p:1", "--prometheus-header", "Authorization: Bearer s3")
+    assert "s3" not in str(raised.value)
+    assert "write Authorization=VALUE" in str(raised.value)
+
+
+def test_credentials_in_the_prometheus_url_are_refused_without_echoing_them() -> None:
+    # requests sends user:password@ as basic auth, and the URL was logged at every start.
+    with pytest.raises(SettingsError) as raised:
+        _load("--prometheus-url", "https://gang:s3cr3t@prometheus:9090")
+    assert "s3cr3t" not in str(raised.value)
+    assert "prometheus_basic_auth_password_file" in str(raised.value)
+
+
 def test_one_header_named_twice_in_one_source_is_refused() -> None:
     with pytest.raises(SettingsError) as raised:
         _load(
