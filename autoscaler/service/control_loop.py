@@ -199,7 +199,7 @@ class ControlLoop:
         self._acting = False  # this instance acted as leader on the last tick
         self._reported: dict[ComponentKey, ComponentLabels] = {}
         self._last_logged: dict[ComponentKey, tuple[object, ...]] = {}
-        self._policy_problems_seen: set[tuple[ComponentKey, str | None, str]] = set()
+        self._policy_problems_seen: set[tuple[ComponentKey, str, str]] = set()
         # Components told (by Event) that they hold on a stale cluster view, this episode.
         self._told_stale: set[ComponentKey] = set()
 
@@ -440,14 +440,17 @@ class ControlLoop:
 
     def _count_policy_problems(self, state: KubeState) -> None:
         current: collections.Counter[tuple[str, str, str]] = collections.Counter()
+        # Counted and logged once while it lasts: keyed by the problem, not the object's
+        # resourceVersion, which every status write of the LWS controller changes. A problem
+        # that goes away and comes back counts again.
+        previous, self._policy_problems_seen = self._policy_problems_seen, set()
         for key, problems in state.problems.items():
-            version = state.components[key].discovered.resource_version
             for problem in problems:
                 current[(key.namespace, key.lws, problem.annotation)] += 1
-                seen = (key, version, problem.annotation)
-                if seen in self._policy_problems_seen:
-                    continue
+                seen = (key, problem.annotation, str(problem))
                 self._policy_problems_seen.add(seen)
+                if seen in previous:
+                    continue
                 self._metrics.count_policy_error(
                     namespace=key.namespace, lws=key.lws, annotation=problem.annotation
                 )

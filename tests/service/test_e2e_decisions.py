@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 from typing import Any
 
@@ -213,6 +214,20 @@ async def test_a_bad_annotation_is_reported_while_it_lasts(kube: FakeKube, live:
         # Counted once (one finding), reported on every tick while the annotation is bad.
         assert await running.metric("gang_autoscaler_policy_errors_total", **labels) == 1
         assert await running.metric("gang_autoscaler_policy_problems", **labels) == 1
+        # The LWS controller's status writes change the resourceVersion, not the problem:
+        # each one used to count it (and log it) again.
+        rtype = kube.resource("leaderworkersets")
+        for generation in range(3):
+            lws = copy.deepcopy(kube.object("leaderworkersets", ns, DECODE))
+            lws.setdefault("status", {})["observedGeneration"] = 100 + generation
+            kube.write_internal(rtype, lws)
+            ticked = await ticks()
+
+            async def ticked_after_status(since: int = ticked) -> bool:
+                return await ticks() >= since + 2
+
+            await wait_until(ticked_after_status, timeout_s=20, what="ticks after a status write")
+        assert await running.metric("gang_autoscaler_policy_errors_total", **labels) == 1
         _, body = await running.get("/decisions")
         assert body["components"][f"{ns}/{DECODE}"]["plan"]["reason"] == "hold_policy_error"
         assert spec_gangs(kube, ns, DECODE) == 2
