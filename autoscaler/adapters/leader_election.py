@@ -219,7 +219,21 @@ class LeaderElector:
             await self._release()
 
     async def _release(self) -> None:
-        api: Any = client.CoordinationV1Api(self._api_client)
+        # Bounded like every other Lease call: on shutdown an API server that accepts the
+        # request and never answers would otherwise hold the pod until the kubelet kills it.
+        # A release that does not finish leaves the Lease to expire, as after a crash.
+        try:
+            await asyncio.wait_for(self._try_release(), timeout=self._renew_deadline_s)
+        except TimeoutError:
+            log.warning(
+                "releasing the lease got no answer within %gs; it expires on its own",
+                self._renew_deadline_s,
+            )
+
+    async def _try_release(self) -> None:
+        api: Any = _TimeoutApi(
+            client.CoordinationV1Api(self._api_client), timeout_s=self._renew_deadline_s / 2
+        )
         try:
             lease = await api.read_namespaced_lease(self._lock.name, self._lock.namespace)
             if lease.spec is None or lease.spec.holder_identity != self.identity:

@@ -162,3 +162,19 @@ async def test_a_silent_api_server_cannot_stall_a_renewal():
             assert a.is_leader
         finally:
             await a.stop()
+
+
+async def test_a_silent_api_server_cannot_stall_the_release_on_shutdown():
+    """The release had no timeout: with the API server accepting Lease calls and never
+    answering (a control-plane upgrade), stopping waited until the kubelet killed the pod.
+    Now it gives up after the renew deadline and leaves the Lease to expire."""
+    async with FakeKube.start() as kube, kube.api_client() as api:
+        a = LeaderElector(api, identity="a", lease_namespace=NS, **LEASE)
+        a.start()
+        await asyncio.wait_for(a.became_leader.wait(), 5)
+        kube.inject_fault(code=0, path_contains="/leases/", action="stall", stall_s=60,
+                          times=1000)  # fmt: skip
+        started = time.monotonic()
+        await asyncio.wait_for(a.stop(release=True), timeout=20)
+        assert time.monotonic() - started < LEASE["renew_deadline_s"] + 1.0
+        assert not a.is_leader
