@@ -219,21 +219,18 @@ class LeaderElector:
             await self._release()
 
     async def _release(self) -> None:
-        # Bounded like every other Lease call: on shutdown an API server that accepts the
-        # request and never answers would otherwise hold the pod until the kubelet kills it.
-        # A release that does not finish leaves the Lease to expire, as after a crash.
+        # Bounded: on shutdown an API server that accepts the request and never answers would
+        # otherwise hold the pod until the kubelet kills it. Past one lease duration the Lease
+        # has expired anyway, so a release that has not finished by then is moot.
+        limit_s = self._config_args[0]
         try:
-            await asyncio.wait_for(self._try_release(), timeout=self._renew_deadline_s)
+            await asyncio.wait_for(self._try_release(limit_s), timeout=limit_s)
         except TimeoutError:
-            log.warning(
-                "releasing the lease got no answer within %gs; it expires on its own",
-                self._renew_deadline_s,
-            )
+            log.warning("releasing the lease got no answer within %gs; it expires on its own",
+                        limit_s)  # fmt: skip
 
-    async def _try_release(self) -> None:
-        api: Any = _TimeoutApi(
-            client.CoordinationV1Api(self._api_client), timeout_s=self._renew_deadline_s / 2
-        )
+    async def _try_release(self, timeout_s: float) -> None:
+        api: Any = _TimeoutApi(client.CoordinationV1Api(self._api_client), timeout_s=timeout_s)
         try:
             lease = await api.read_namespaced_lease(self._lock.name, self._lock.namespace)
             if lease.spec is None or lease.spec.holder_identity != self.identity:
