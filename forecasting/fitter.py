@@ -114,6 +114,13 @@ class BackgroundFitter(Generic[Key]):
             state.replay_timestamps_s.extend(float(t) for t in timestamps_s)
             state.replay_values.extend(float(v) for v in values)
 
+    def forget(self, key: Key) -> None:
+        """Drop `key`'s series and model: a fit still queued is cancelled, one running is
+        left to finish and never collected."""
+        state = self._series.pop(key, None)
+        if state is not None and state.in_flight is not None:
+            state.in_flight.cancel()
+
     def forecast(self, key: Key, horizon_s: float) -> ForecastResult | None:
         """The latest model's forecast; None for an unknown key or one with no data."""
         state = self._series.get(key)

@@ -200,6 +200,7 @@ class ControlLoop:
         self._reported: dict[ComponentKey, ComponentLabels] = {}
         self._last_logged: dict[ComponentKey, tuple[object, ...]] = {}
         self._policy_problems_seen: set[tuple[ComponentKey, str, str]] = set()
+        self._policy_error_lws: set[tuple[str, str]] = set()  # with a policy_errors series
         # Components told (by Event) that they hold on a stale cluster view, this episode.
         self._told_stale: set[ComponentKey] = set()
 
@@ -303,6 +304,23 @@ class ControlLoop:
             for key, comp in state.components.items()
             if comp.observation is not None and key in kinds
         ]
+        # A demand series is one LWS object's, read with one query (one unit).
+        forgotten = self._forecasts.keep_only(
+            {
+                t.key: (
+                    state.components[t.key].discovered.uid,
+                    self._prometheus.demand_fingerprint(t.component),
+                )
+                for t in targets
+            }
+        )
+        if forgotten:
+            log.info(
+                "forgot the demand history of %d components (gone, held, recreated or now "
+                "read with another demand query): %s",
+                len(forgotten),
+                ", ".join(str(k) for k in sorted(forgotten)[:5]),
+            )
         self._forecasts.start_backfill(
             self._prometheus, [(t.key, t.component) for t in targets], now_s=now_s
         )
@@ -444,6 +462,11 @@ class ControlLoop:
         # resourceVersion, which every status write of the LWS controller changes. A problem
         # that goes away and comes back counts again.
         previous, self._policy_problems_seen = self._policy_problems_seen, set()
+        for namespace, lws in self._policy_error_lws - {
+            (k.namespace, k.lws) for k in state.components
+        }:
+            self._metrics.forget_policy_errors(namespace=namespace, lws=lws)
+        self._policy_error_lws &= {(k.namespace, k.lws) for k in state.components}
         for key, problems in state.problems.items():
             for problem in problems:
                 current[(key.namespace, key.lws, problem.annotation)] += 1
@@ -454,6 +477,7 @@ class ControlLoop:
                 self._metrics.count_policy_error(
                     namespace=key.namespace, lws=key.lws, annotation=problem.annotation
                 )
+                self._policy_error_lws.add((key.namespace, key.lws))
                 log.warning(
                     "%s: policy rejected: %s",
                     key,
@@ -477,6 +501,8 @@ class ControlLoop:
         """`observed=False`: the snapshot is not trusted, so what it says of gangs (ready,
         partial, balloon) is left out of the gauges rather than exported as current."""
         gone = set(self._reported) - set(gang_plan.components)
+        for key in set(self._last_logged) - set(gang_plan.components):
+            del self._last_logged[key]  # on every role: a standby reports nothing, but logs
         for key in sorted(gang_plan.components):
             plan = gang_plan.components[key]
             labels = component_labels(state, key)
@@ -541,11 +567,21 @@ class ControlLoop:
             previous = self._reported.get(key)
             if previous is not None and previous != labels:
                 self._metrics.forget_component(previous)  # its deployment or kind changed
+                self._forget_counters_unless_in_use(previous, by=labels)
             self._reported[key] = labels
         # Components that are gone (deleted, opted out) leave the dashboards.
         for key in gone:
-            self._metrics.forget_component(self._reported.pop(key))
-            self._last_logged.pop(key, None)
+            labels = self._reported.pop(key)
+            self._metrics.forget_component(labels)
+            self._forget_counters_unless_in_use(labels)
+
+    def _forget_counters_unless_in_use(
+        self, labels: ComponentLabels, *, by: ComponentLabels | None = None
+    ) -> None:
+        # Two LWS can share a component's labels (a DisaggregatedSet rollout's old and new
+        # role LWS): the counters go only when no component reported this tick has them.
+        if labels != by and labels not in self._reported.values():
+            self._metrics.forget_component_counters(labels)
 
     def _log_decision(
         self,

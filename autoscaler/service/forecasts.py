@@ -19,7 +19,7 @@ import contextlib
 import functools
 import logging
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass
 
@@ -93,9 +93,34 @@ class DemandForecasts:
             replace_executor=replace_executor,
         )
         self._known: set[ComponentKey] = set()
+        # what each component's demand series measures (`keep_only`)
+        self._identity: dict[ComponentKey, Hashable] = {}
         self._pending: dict[ComponentKey, list[tuple[float, float]]] = {}
         self._backfill_errors: dict[ComponentKey, str] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+
+    def keep_only(self, identities: Mapping[ComponentKey, Hashable]) -> list[ComponentKey]:
+        """Forget the components not in `identities` (deleted, opted out, held without a
+        policy) and those whose identity changed (the LWS recreated, or its demand query
+        another one: a new `component` kind measures another unit). A forgotten component is
+        back-filled afresh when it is seen again. Returns the forgotten keys.
+
+        Before, a deleted component's history stayed in memory and was refitted every
+        refit interval, taking fit slots from live components."""
+        forgotten = [
+            key
+            for key in self._known | set(self._identity)
+            if key not in identities
+            or (key in self._identity and self._identity[key] != identities[key])
+        ]
+        for key in forgotten:
+            self._known.discard(key)
+            self._identity.pop(key, None)
+            self._pending.pop(key, None)
+            self._backfill_errors.pop(key, None)
+            self._fitter.forget(key)
+        self._identity.update(identities)
+        return forgotten
 
     # -- back-fill ------------------------------------------------------------------------
 
@@ -126,6 +151,13 @@ class DemandForecasts:
         end_s: float,
     ) -> None:
         keys = [key for key, _ in components]
+        # A key forgotten (and perhaps seen again) while this ran is no longer this
+        # back-fill's: its held list is another one, or none.
+        held_lists = {key: self._pending[key] for key in keys}
+
+        def still_ours(key: ComponentKey) -> bool:
+            return self._pending.get(key) is held_lists[key]
+
         try:
             if self.backfill_days > 0:
                 result = await source.backfill_demand(
@@ -136,7 +168,7 @@ class DemandForecasts:
                         break
                     # Prometheus down (restarted with the service, say): try again while the
                     # live ticks wait in `_pending`, since history cannot be added behind them
-                    for key in keys:
+                    for key in filter(still_ours, keys):
                         self._backfill_errors[key] = (
                             f"all {result.chunks_total} range queries failed; "
                             f"retrying in {self.backfill_retry_s:g}s (attempt {attempt + 1} "
@@ -154,9 +186,11 @@ class DemandForecasts:
                         days=self.backfill_days,
                         step_s=self.backfill_step_s,
                     )
-                for key in keys:
+                for key in filter(still_ours, keys):
                     self._backfill_errors.pop(key, None)
                 for key, history in result.histories.items():
+                    if not still_ours(key):
+                        continue
                     self._observe(key, history.timestamps_s.tolist(), history.values.tolist())
                     if result.chunks_failed:
                         self._backfill_errors[key] = (
@@ -171,11 +205,13 @@ class DemandForecasts:
                 )
         except Exception as err:  # a failed back-fill costs history, never the service
             log.warning("demand back-fill failed: %r; forecasting from live data only", err)
-            for key in keys:
+            for key in filter(still_ours, keys):
                 self._backfill_errors[key] = repr(err)
         finally:
             for key in keys:
-                held = self._pending.pop(key, [])
+                if not still_ours(key):
+                    continue
+                held = self._pending.pop(key)
                 for t, v in held:
                     self._observe(key, [t], [v])
 

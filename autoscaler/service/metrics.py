@@ -220,8 +220,9 @@ class ServiceMetrics:
         )
         self.watch_failing = Gauge(
             PREFIX + "watch_failing_seconds",
-            "How long each watch cache (leaderworkersets, pods, nodes) has failed to list and "
-            "watch, 0 while it works; past watchStalenessLimit every component holds.",
+            "How long each watch cache (leaderworkersets, pods, nodes, "
+            "disaggregatedsetrolescalers) has failed to list and watch, 0 while it works; past "
+            "watchStalenessLimit every component holds.",
             ["cache"],
             registry=r,
         )
@@ -314,6 +315,18 @@ class ServiceMetrics:
         ):
             _remove(gauge, labels.values())
 
+    def forget_component_counters(self, labels: ComponentLabels) -> None:
+        """Drop the counters of a component that is gone for good (deleted, opted out, or
+        moved to another deployment or kind), whatever their other labels: kept, each deleted
+        deployment left up to 30 series behind for as long as the service ran. Samples
+        already scraped stay in Prometheus for `increase()`."""
+        for counter in (self.decisions, self.scale_writes, self.learned_capacity_forgotten):
+            _remove_matching(counter, labels.values())
+
+    def forget_policy_errors(self, *, namespace: str, lws: str) -> None:
+        """Drop the policy-error counters of an LWS that no longer exists (or opted out)."""
+        _remove_matching(self.policy_errors, (namespace, lws))
+
     # -- service-wide ---------------------------------------------------------------------
 
     def count_error(self, kind: str, count: int = 1) -> None:
@@ -355,7 +368,21 @@ def _set_or_remove(gauge: Gauge, label_values: tuple[str, ...], value: float | N
         gauge.labels(*label_values).set(value)
 
 
-def _remove(metric: Gauge, label_values: tuple[str, ...]) -> None:
+def _remove_matching(metric: Counter | Gauge, leading: tuple[str, ...]) -> None:
+    """Remove every series of `metric` whose first label values are `leading`."""
+    # the client has no public way to list a metric's label names
+    names = metric._labelnames
+    found = {
+        tuple(sample.labels[name] for name in names)
+        for family in metric.collect()
+        for sample in family.samples
+        if all(sample.labels.get(n) == value for n, value in zip(names, leading, strict=False))
+    }
+    for label_values in found:
+        _remove(metric, label_values)
+
+
+def _remove(metric: Counter | Gauge, label_values: tuple[str, ...]) -> None:
     # prometheus-client raises KeyError for a series that was never set; absent is the goal.
     with contextlib.suppress(KeyError):
         metric.remove(*label_values)

@@ -252,6 +252,28 @@ async def test_a_bad_annotation_is_reported_while_it_lasts(kube: FakeKube, live:
             return plan["reason"] != "hold_policy_error" and plan["desired_gangs"] > 2
 
         await wait_until(planned_again, timeout_s=20, what="decode planned once its policy is good")
+        decided = {"namespace": ns, "deployment": "llama", "component": "decode"}
+
+        async def decode_decisions() -> float:
+            found = 0.0
+            _, text = await running.get("/metrics")
+            for line in text.splitlines():
+                if line.startswith("gang_autoscaler_decisions_total{") and all(
+                    f'{k}="{v}"' in line for k, v in decided.items()
+                ):
+                    found += float(line.rpartition(" ")[2])
+            return found
+
+        assert await decode_decisions() > 0
+        # The deployment is deleted: its counters leave /metrics with it.
+        for name in (DECODE, PREFILL):
+            kube.remove("leaderworkersets", ns, name)
+
+        async def counters_gone() -> bool:
+            errors = await running.metric("gang_autoscaler_policy_errors_total", **labels)
+            return errors is None and await decode_decisions() == 0
+
+        await wait_until(counters_gone, timeout_s=20, what="the deleted deployment's counters")
     finally:
         await running.close()
 

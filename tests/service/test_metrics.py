@@ -114,6 +114,29 @@ def test_forget_component_drops_gauges_and_keeps_counters() -> None:
     assert samples[("gang_autoscaler_decisions_total", decision)] == 1
 
 
+def test_forgetting_a_components_counters_leaves_the_others() -> None:
+    """Each deleted deployment left its counters (every decision reason, both write
+    directions) exported for as long as the service ran."""
+    metrics = ServiceMetrics()
+    other = ComponentLabels(namespace="serving", deployment="llama-2", component="decode",
+                            lws="llama-2-d")  # fmt: skip
+    for labels in (DECODE, other):
+        for reason in ("scale_up_waiting", "steady"):
+            metrics.count_decision(labels, reason=reason)
+        metrics.count_scale_write(labels, from_gangs=1, to_gangs=2)
+        metrics.count_forgotten_capacity(labels)
+    metrics.count_policy_error(namespace="serving", lws="llama-d", annotation="x")
+    metrics.count_policy_error(namespace="serving", lws="llama-2-d", annotation="x")
+    metrics.forget_component_counters(DECODE)
+    metrics.forget_policy_errors(namespace="serving", lws="llama-d")
+    left = {dict(labels).get("deployment") or dict(labels).get("lws")
+            for name, labels in _samples(metrics)
+            if name.startswith(("gang_autoscaler_decisions", "gang_autoscaler_scale_writes",
+                                "gang_autoscaler_learned_capacity_forgotten",
+                                "gang_autoscaler_policy_errors"))}  # fmt: skip
+    assert left == {"llama-2", "llama-2-d"}
+
+
 def test_counters_histogram_and_service_gauges() -> None:
     metrics = ServiceMetrics()
     metrics.count_error("prometheus")

@@ -304,6 +304,34 @@ def test_a_fit_stuck_in_the_worker_is_counted_once_by_the_tick() -> None:
         release.set()
 
 
+def test_forecasts_of_components_that_are_gone_or_changed_unit_are_forgotten() -> None:
+    """A deleted component's history stayed in memory and was refitted every refit interval,
+    taking the one fit worker from live components; a component whose `component` kind
+    changed kept forecasting prompt tokens/s as generated tokens/s."""
+    kept, deleted, flipped = (ComponentKey("serving", n) for n in ("kept", "deleted", "flipped"))
+    identities = {kept: ("u1", "prompt"), deleted: ("u2", "prompt"), flipped: ("u3", "prompt")}
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        forecasts = DemandForecasts(executor=pool, step_s=60.0, refit_interval_s=60.0)
+        assert forecasts.keep_only(identities) == []
+        for minute in range(1, 13):
+            for key in identities:
+                forecasts.record(key, now_s=60.0 * minute, demand=1000.0)
+        forecasts.tick(now_s=720.0)  # a fit in flight
+        forgotten = forecasts.keep_only({kept: ("u1", "prompt"), flipped: ("u3", "generated")})
+        assert sorted(forgotten) == sorted([deleted, flipped])
+        assert forecasts.forecast(deleted, horizon_s=300.0, now_s=720.0) is None
+        assert forecasts.forecast(flipped, horizon_s=300.0, now_s=720.0) is None
+        assert forecasts.forecast(kept, horizon_s=300.0, now_s=720.0) is not None
+        # only the live series is held, and fitted, from now on
+        assert set(forecasts._fitter._series) == {kept}
+        for now_s in range(780, 1500, 60):
+            forecasts.tick(now_s=float(now_s))
+            time.sleep(0.05)
+        assert forecasts.status(kept).fits_completed >= 1
+        assert set(forecasts._fitter._series) == {kept}
+        assert forecasts.keep_only({kept: ("u1", "prompt"), flipped: ("u3", "generated")}) == []
+
+
 async def test_a_backfill_that_prometheus_refused_is_tried_again() -> None:
     """Prometheus restarting with the service answers 503 until it is ready: every range
     query of the back-fill failed, and the week of history was never asked for again."""
