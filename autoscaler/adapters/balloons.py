@@ -384,11 +384,16 @@ def _api_error(what: str, err: Exception) -> KubeApiError:
     return KubeApiError(f"{what}: {describe(err)}", status=status_of(err))
 
 
+class PriorityClassMismatch(KubeApiError):
+    """The balloon PriorityClass exists with another value: balloons made with it would not
+    be preempted as designed (or would preempt real pods), so none are made."""
+
+
 async def ensure_priority_class(api_client: client.ApiClient) -> str:
     """Create the balloon PriorityClass if missing; return a one-line status for the log.
 
-    Raises KubeApiError when the class exists with another value (values are immutable, so a
-    human must fix it) or cannot be read or created (RBAC).
+    Raises PriorityClassMismatch when the class exists with another value (values are
+    immutable, so a human must fix it), KubeApiError when it cannot be read or created (RBAC).
     """
     api: Any = client.SchedulingV1Api(api_client)
     try:
@@ -398,7 +403,7 @@ async def ensure_priority_class(api_client: client.ApiClient) -> str:
             raise _api_error(f"reading PriorityClass {PRIORITY_CLASS_NAME}", err) from err
     else:
         if existing.value != PRIORITY_CLASS_VALUE:
-            raise KubeApiError(
+            raise PriorityClassMismatch(
                 f"PriorityClass {PRIORITY_CLASS_NAME} has value {existing.value}, expected "
                 f"{PRIORITY_CLASS_VALUE}; balloons would not be preempted as designed. Delete it "
                 "and let the autoscaler (or the Helm chart) recreate it."
@@ -431,6 +436,9 @@ class BalloonWriter:
     def __init__(self, api_client: client.ApiClient, *, image: str = PAUSE_IMAGE) -> None:
         self._core: Any = client.CoreV1Api(api_client)
         self.image = image
+        # Why no balloon gang may be created now (the PriorityClass has another value), or
+        # None. Deletions go on: giving capacity back is always safe.
+        self.refused: str | None = None
 
     async def _delete(self, namespace: str, pod_name: str) -> str | None:
         try:
@@ -472,7 +480,9 @@ class BalloonWriter:
             if problem:
                 failed.append(problem)
         created: list[int] = []
-        for gang in plan.create_gangs:
+        if self.refused is not None and plan.create_gangs:
+            failed.append(f"no balloon gang created: {self.refused}")
+        for gang in plan.create_gangs if self.refused is None else ():
             try:
                 manifests = balloon_gang_manifests(
                     lws, shape=shape, gang_index=gang, image=self.image

@@ -18,12 +18,13 @@ import asyncio
 import contextlib
 import functools
 import logging
+import time
 from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 from kubernetes_asyncio import client
 
-from autoscaler.adapters.balloons import ensure_priority_class
+from autoscaler.adapters.balloons import PriorityClassMismatch, ensure_priority_class
 from autoscaler.adapters.kube_apply import Actuator, ApplyReport, ComponentApplied
 from autoscaler.adapters.kube_cache import MAX_RETRY_DELAY_S, WatchCache
 from autoscaler.adapters.kube_discovery import ParseCache
@@ -44,6 +45,8 @@ from autoscaler.core.gang_plan import ComponentPlan, GangPlan
 from autoscaler.core.model import ComponentKey
 
 log = logging.getLogger(__name__)
+
+PRIORITY_CLASS_RECHECK_S = 60.0
 
 
 class KubeAdapter:
@@ -116,6 +119,7 @@ class KubeAdapter:
         self._api_client = api_client
         self._tasks: list[asyncio.Task[None]] = []
         self.priority_class_status: str | None = None
+        self._class_checked_mono = -float("inf")
 
     @property
     def caches(self) -> tuple[WatchCache, ...]:
@@ -148,8 +152,15 @@ class KubeAdapter:
         return "; ".join(stale) or None
 
     async def ensure_priority_class(self) -> str:
-        """Create the balloon PriorityClass if needed (call once as leader)."""
-        self.priority_class_status = await ensure_priority_class(self._api_client)
+        """Create the balloon PriorityClass if needed (call once as leader). While it has
+        another value, no balloon gang is created (`PriorityClassMismatch`)."""
+        self._class_checked_mono = time.monotonic()
+        try:
+            self.priority_class_status = await ensure_priority_class(self._api_client)
+        except PriorityClassMismatch as err:
+            self.actuator.refuse_balloons(str(err))
+            raise
+        self.actuator.refuse_balloons(None)
         log.info("%s", self.priority_class_status)
         return self.priority_class_status
 
@@ -173,7 +184,18 @@ class KubeAdapter:
         return await self.actuator.remove_partial_balloon_gangs(self.snapshot(now_s=now_s))
 
     async def apply(self, plan: GangPlan, state: KubeState, *, dry_run: bool) -> ApplyReport:
+        if not dry_run and self.actuator.balloons_refused is not None:
+            await self._recheck_priority_class()
         return await self.actuator.apply(plan, state, dry_run=dry_run)
+
+    async def _recheck_priority_class(self) -> None:
+        """While balloons are refused for the PriorityClass's value, look again every
+        `PRIORITY_CLASS_RECHECK_S`: once a human has deleted the class, it is recreated
+        and balloons are made again without a restart."""
+        if time.monotonic() - self._class_checked_mono < PRIORITY_CLASS_RECHECK_S:
+            return
+        with contextlib.suppress(KubeAdapterError):  # still refused; the Event says why
+            await self.ensure_priority_class()
 
     async def report_holds(
         self,

@@ -34,6 +34,7 @@ from autoscaler.adapters.balloons import (
     plan_balloons,
     shape_digest,
 )
+from autoscaler.adapters.kube_discovery import DiscoveredComponent
 from autoscaler.adapters.kube_errors import (
     API_CALL_ERRORS,
     KubeAdapterError,
@@ -51,6 +52,7 @@ from autoscaler.adapters.kube_objects import (
     MANAGED_BY_VALUE,
     PAUSE_IMAGE,
     Obj,
+    annotations_of,
     int_label,
     labels,
     namespace,
@@ -59,6 +61,7 @@ from autoscaler.adapters.kube_state import ComponentState, KubeState
 from autoscaler.adapters.lws_scaler import LwsScaler, ScaleOutcome, ScaleResult
 from autoscaler.core.gang_plan import ComponentPlan, GangPlan, Reason
 from autoscaler.core.model import ComponentKey
+from autoscaler.core.policy import PREFIX
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +119,14 @@ class Actuator:
     def _check_leader(self) -> None:
         if not self._may_write():
             raise NotLeader("this instance does not hold the leader Lease; not writing")
+
+    @property
+    def balloons_refused(self) -> str | None:
+        return self._balloons.refused
+
+    def refuse_balloons(self, reason: str | None) -> None:
+        """Create no balloon gang while `reason` holds (None: create them again)."""
+        self._balloons.refused = reason
 
     async def list_balloon_pods(self) -> list[dict[str, Any]]:
         """Every balloon pod in scope, read from the API server (not a cache)."""
@@ -200,9 +211,11 @@ class Actuator:
             self._check_leader()
             key = plan.key
             notes: list[str] = []
-            if not dry_run:
+            found = state.components[key].discovered
+            dry = dry_run or _dry_run_annotated(found)
+            if not dry:
                 await self._event(
-                    ObjectRef(key.namespace, key.lws, state.components[key].discovered.uid),
+                    ObjectRef(key.namespace, key.lws, found.uid),
                     notes,
                     type_=WARNING,
                     reason=camel_reason(plan.reason.value),
@@ -211,7 +224,7 @@ class Actuator:
                         f"{plan.detail}"
                     ),
                 )
-            told[key] = ComponentApplied(key, dry_run, events=tuple(notes))
+            told[key] = ComponentApplied(key, dry, events=tuple(notes))
 
         await self._each(functools.partial(tell, plan) for plan in plans)
 
@@ -246,18 +259,18 @@ class Actuator:
         found = comp.discovered
         key = found.key
         ref = ObjectRef(key.namespace, key.lws, found.uid)
-        dry = dry_run or (found.policy is not None and found.policy.dry_run)
+        dry = dry_run or _dry_run_annotated(found)
         notes: list[str] = []
         if found.problems:
             message = _problem_message(comp)
-            if not dry_run:
+            if not dry:
                 await self._event(
                     ref, notes, type_=WARNING, reason="InvalidPolicy", message=message
                 )
             return ComponentApplied(key, dry, events=tuple(notes))
         if plan is None or found.shape is None:
             return ComponentApplied(key, dry)
-        if plan.forgotten_capacity_per_gang is not None and not dry_run:
+        if plan.forgotten_capacity_per_gang is not None and not dry:
             await self._event(
                 ref,
                 notes,
@@ -443,3 +456,12 @@ async def _items(response: Any) -> list[dict[str, Any]]:
         response.release()
     items: list[dict[str, Any]] = body.get("items") or []
     return items
+
+
+def _dry_run_annotated(found: DiscoveredComponent) -> bool:
+    """The LWS's own `dry-run` annotation, read from the annotation itself when its policy
+    did not parse: an LWS marked dry-run gets no write at all, Events included."""
+    if found.policy is not None:
+        return found.policy.dry_run
+    raw = annotations_of(found.lws).get(PREFIX + "dry-run")
+    return isinstance(raw, str) and raw.strip().lower() == "true"

@@ -21,7 +21,7 @@ from kubernetes_asyncio import client
 
 from autoscaler.adapters.kube_adapter import KubeAdapter
 from autoscaler.adapters.kube_cache import WatchCache
-from autoscaler.adapters.kube_errors import NotLeader, status_message
+from autoscaler.adapters.kube_errors import KubeAdapterError, NotLeader, status_message
 from autoscaler.adapters.kube_objects import LWS_GROUP, LWS_PLURAL, LWS_VERSION, PAUSE_IMAGE
 from autoscaler.adapters.lws_scaler import ScaleResult
 from autoscaler.core.decision import plan as core_plan
@@ -649,6 +649,21 @@ async def test_a_rejected_annotation_makes_one_warning_event_and_no_scale_change
     assert warning["lastTimestamp"] >= warning["firstTimestamp"]
 
 
+async def test_an_lws_marked_dry_run_gets_no_event_even_with_a_bad_annotation(kube, adapter):
+    """`gang-autoscaler.io/dry-run: "true"` means no write to that LWS, Events included; an
+    LWS held for a bad annotation still got InvalidPolicy Warnings."""
+    add_gpu_nodes(kube, 4)
+    add_pd(kube, extra={"gang-autoscaler.io/max-replicas": "many",
+                        "gang-autoscaler.io/dry-run": "true"})  # fmt: skip
+    await settle(adapter, kube)
+    state = adapter.snapshot(now_s=time.time())
+    signals = {k: Signals(waiting_requests=40.0) for k in (PREFILL, DECODE)}
+    plan, _ = core_plan(state.observations(signals), state.policies, {}, Memory(), now=0)
+    report = await adapter.apply(plan, state, dry_run=False)
+    assert events(kube, "InvalidPolicy") == []
+    assert report.components[DECODE].dry_run
+
+
 # -- balloon gangs ------------------------------------------------------------------------
 
 
@@ -1166,3 +1181,31 @@ async def test_a_watch_that_keeps_failing_backs_off_even_when_listing_works(
 )
 def test_an_error_answer_reads_as_its_status_message(body: bytes, expected: str) -> None:
     assert status_message(body) == expected
+
+
+async def test_no_balloon_gang_is_made_while_the_priority_class_has_another_value(kube, api):
+    """A `gang-autoscaler-balloon` class of value 1000 (made by hand) was reported and then
+    used anyway: balloons that real gangs cannot preempt, holding GPUs they need."""
+    kube.add_priority_class("gang-autoscaler-balloon", 1000)
+    add_gpu_nodes(kube, 8)
+    add_pd(kube)
+    adapter = KubeAdapter(api, watch_timeout_s=30, event_instance="test-0")
+    await adapter.start(sync_timeout_s=5)
+    try:
+        with pytest.raises(KubeAdapterError, match="has value 1000"):
+            await adapter.ensure_priority_class()
+        await settle(adapter, kube)
+        plan = GangPlan({PREFILL: component_plan(PREFILL, current=1, desired=1, balloons=1)})
+        report = await adapter.apply(plan, adapter.snapshot(now_s=time.time()), dry_run=False)
+        assert balloon_pods(kube, "llama-prefill") == []
+        assert report.components[PREFILL].balloons.created_gangs == ()
+        (event,) = events(kube, "BalloonWriteFailed")
+        assert "PriorityClass gang-autoscaler-balloon has value 1000" in event["message"]
+        # The class is deleted by hand; the next check recreates it and balloons follow.
+        kube.remove("priorityclasses", None, "gang-autoscaler-balloon")
+        adapter._class_checked_mono -= 3600  # the recheck interval has passed
+        await adapter.apply(plan, adapter.snapshot(now_s=time.time()), dry_run=False)
+        assert len(balloon_pods(kube, "llama-prefill")) == 2
+        assert kube.object("priorityclasses", None, "gang-autoscaler-balloon")["value"] == -5
+    finally:
+        await adapter.close()
