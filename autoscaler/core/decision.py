@@ -40,7 +40,7 @@ from autoscaler.core.reactive import DEFAULT_TOLERANCE, demand_proposal, reactiv
 from autoscaler.core.stabilization import (
     limit_scale_up,
     prune_proposals,
-    remember_hold,
+    remember_proposal,
     stabilize_scale_down,
 )
 
@@ -95,7 +95,7 @@ def _held_on_policy_error(
     the annotation is fixed, the window still holds the gangs, instead of the first valid
     reading dropping every gang the load no longer seems to need in one tick."""
     held, _ = _held(obs, Reason.HOLD_POLICY_ERROR, detail, memory)
-    proposals = remember_hold(memory.proposals, obs.spec_gangs, now=now)
+    proposals = remember_proposal(memory.proposals, obs.spec_gangs, now=now)
     return held, replace(memory, proposals=proposals)
 
 
@@ -122,7 +122,9 @@ def hold_every_component(
             history = prune_proposals(
                 previous.proposals, window_s=policy.scale_down_window_s, now=now
             )
-            memories[key] = replace(previous, proposals=(*history, (now, obs.spec_gangs)))
+            memories[key] = replace(
+                previous, proposals=remember_proposal(history, obs.spec_gangs, now=now)
+            )
     return GangPlan(components=plans), Memory(components=memories)
 
 
@@ -243,7 +245,7 @@ def _draft(
     # Every tick is remembered, a hold too (its need is the current count): after an outage
     # longer than the window, the first reading must not find the window empty and drop
     # every gang the load no longer seems to need in one tick.
-    history = (*history, (now, draft.need))
+    history = remember_proposal(history, draft.need, now=now)
     limited = limit_scale_up(draft.gangs, current_gangs=current, max_scale_up=policy.max_scale_up)
     if limited != draft.gangs:
         draft.step(

@@ -16,12 +16,14 @@ def prune_proposals(
     return tuple((t, g) for t, g in history if now - t <= window_s)
 
 
-def remember_hold(
+def remember_proposal(
     history: tuple[tuple[float, int], ...], gangs: int, *, now: float
 ) -> tuple[tuple[float, int], ...]:
-    """Add a hold at `gangs` to the window's history when no window is known (the policy is
-    invalid), dropping every entry a newer one at least as high outranks: the highest in
-    any window ending now or later is the same, and the history of a long hold stays short."""
+    """Add a proposal of `gangs` at `now` to the window's history, dropping every entry a
+    newer one at least as high outranks: the highest in any window ending now or later, of
+    any length, is the same. The history stays as short as the proposals' falling steps, so
+    a long window (`scale-down-window: 720h`) does not keep one entry per tick, nor does a
+    hold whose window is unknown (the policy is invalid)."""
     kept = [(t, g) for t, g in history if g > gangs]
     out: list[tuple[float, int]] = []
     for t, g in reversed(kept):  # newest first: keep an entry only above all newer ones

@@ -817,3 +817,24 @@ def test_an_absurd_but_valid_setting_scales_to_the_maximum_instead_of_failing(po
     the annotation."""
     result, _ = decide(obs(ready=2, waiting=2, kv=0.5, demand=1000), pol, fc=forecast(1000))
     assert result.desired_gangs == pol.max_replicas
+
+
+def test_a_long_window_keeps_the_falling_steps_not_every_tick():
+    """`scale-down-window: 720h` kept one history entry per tick (20,000 after 3.5 days of
+    15 s ticks), and every tick scanned them all. Entries a newer, higher or equal proposal
+    outranks never decide a window, so they go; the window still holds the highest."""
+    pol = policy(scale_down_window="720h")
+    key = obs(ready=2, waiting=8, kv=0.8).key
+    memory = Memory()
+    loads = [(6, 24), (4, 16), (2, 8)]  # a day each at 6, 4, then 2 gangs' worth of queue
+    now = 0.0
+    for ready, waiting in loads:
+        for _ in range(5_760):
+            now += 15.0
+            component = obs(ready=ready, waiting=waiting, kv=0.8)
+            _, memory = plan(observations(component), {key: pol}, {}, memory, now=now)
+    history = memory.of(key).proposals
+    assert len(history) <= 3
+    idle = obs(ready=6, waiting=0, kv=0.1)
+    result, _ = plan(observations(idle), {key: pol}, {}, memory, now=now + 15)
+    assert result.components[key].desired_gangs == 6  # the first day's 6 is in the window

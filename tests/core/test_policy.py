@@ -224,3 +224,14 @@ def test_deployment_checks_leave_out_what_did_not_parse():
     prefill_only = {k: p for k, p in pd(None, None).items() if k.lws == "p"}
     prefill_only[decode] = parse_policy(annotations(deployment="chat"), lws_name="d")
     assert validate_deployment(prefill_only, unparsed={decode: {"component"}}) == {}
+
+
+def test_every_reason_is_explained_in_the_docs() -> None:
+    """Operators match a log line, a metric label or an Event to docs/decision.md's table."""
+    from pathlib import Path
+
+    from autoscaler.core.gang_plan import Reason
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "decision.md").read_text()
+    table = text.split("## Reasons", 1)[1]
+    assert [r.value for r in Reason if f"`{r.value}`" not in table] == []
