@@ -344,8 +344,10 @@ def test_notes_tell_how_to_opt_in(chart: helm.Chart) -> None:
     assert 'gang-autoscaler.io/enabled="true"' in notes
     assert "gang-autoscaler.io/component=prefill" in notes
     assert "DRY RUN" in notes
+    assert "none takes the Lease" in notes and "holds the Lease" not in notes
     assert "serving, batch-inference" in notes
-    assert "DRY RUN" not in render_notes(chart, None)
+    default_notes = render_notes(chart, None)
+    assert "DRY RUN" not in default_notes and "one leader holds the Lease" in default_notes
 
 
 # -- values.schema.json -----------------------------------------------------------------------
