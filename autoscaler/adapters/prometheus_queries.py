@@ -1,9 +1,10 @@
 """The PromQL the Prometheus source sends each tick, as one validated settings model.
 
-Every query is an instant query over all pods at once, grouped `by (namespace, pod)`; the
-source maps results to components in Python, so the number of queries per tick is fixed
-whatever the number of deployments: one per configured query (`instant_queries`), six by default
-(five signals and the freshness query), seven when `unified_demand` is set. Operators
+Every query is an instant query over all pods at once, grouped `by (namespace, pod)` (the
+optional `wake` query by `(namespace, deployment)`); the source maps results to components
+in Python, so the number of queries per tick is fixed whatever the number of deployments:
+one per configured query (`instant_queries`), six by default (five signals and the
+freshness query), one more for each of `unified_demand` and `wake` set. Operators
 override any of them (Helm values / the service settings) to read SGLang or a gateway
 instead of vLLM; `sglang_queries()` gives a starting point. Annotation text never reaches
 PromQL: these strings come from the operator's settings only.
@@ -11,11 +12,13 @@ PromQL: these strings come from the operator's settings only.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from autoscaler.core.model import Component
 
 BY_POD = "by (namespace, pod)"
+# Queries whose rows are per deployment, not per pod: the label that names it.
+GROUPED_BY = {"wake": "deployment"}
 
 
 def _served_plus_queue_growth(*, served_counter: str, per_request: str, waiting: str,
@@ -132,15 +135,25 @@ class PrometheusQueries(BaseModel):
         description="Unix time of each pod's newest sample, for the staleness limit. Unset: "
         "no staleness check beyond Prometheus's own lookback delta.",
     )
+    wake: str | None = Field(
+        default=None,
+        min_length=1,
+        description="Requests waiting for a deployment in front of its pods (a gateway's "
+        "queue), grouped by (namespace, deployment), `deployment` being the "
+        "gang-autoscaler.io/deployment name. Read only for a deployment at zero gangs, "
+        "whose pods serve no metric: above 0, every component comes up to its minimum (at "
+        "least 1). Unset: a deployment at zero comes back only on its forecast.",
+    )
 
     @field_validator("*")
     @classmethod
-    def _grouped_by_pod(cls, query: str | None) -> str | None:
-        # A query without both labels cannot be mapped to components; failing here is
-        # clearer than a component that silently never gets data.
-        if query is not None and ("namespace" not in query or "pod" not in query):
+    def _grouped_by_pod(cls, query: str | None, info: ValidationInfo) -> str | None:
+        # A query without its grouping labels cannot be mapped to components; failing here
+        # is clearer than a component that silently never gets data.
+        label = GROUPED_BY.get(str(info.field_name), "pod")
+        if query is not None and ("namespace" not in query or label not in query):
             raise ValueError(
-                "must keep the `namespace` and `pod` labels, e.g. sum by (namespace, pod)"
+                f"must keep the `namespace` and `{label}` labels, e.g. sum by (namespace, {label})"
             )
         return query
 
@@ -154,6 +167,7 @@ class PrometheusQueries(BaseModel):
             "decode_demand": self.decode_demand,
             "unified_demand": self.unified_demand,
             "sample_time": self.sample_time,
+            "wake": self.wake,
         }
         return {name: query for name, query in named.items() if query is not None}
 

@@ -32,7 +32,7 @@ from autoscaler.adapters.prometheus_http import (
     PrometheusStats,
     PrometheusUnavailable,
 )
-from autoscaler.adapters.prometheus_queries import PrometheusQueries
+from autoscaler.adapters.prometheus_queries import GROUPED_BY, PrometheusQueries
 from autoscaler.adapters.prometheus_restore import (
     CapacityIdentity,
     RestoredCapacity,
@@ -63,6 +63,7 @@ class ComponentTarget:
     key: ComponentKey
     component: Component
     ready_group_indexes: frozenset[int]
+    deployment: str | None = None  # its deployment's name, for the `wake` query
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,15 +76,15 @@ class QueryOutcome:
     error: str | None = None
 
 
-def parse_vector(result: Sequence[Mapping[str, Any]]) -> QueryOutcome:
-    """Instant-vector rows -> values by (namespace, pod). Rows without both labels are
+def parse_vector(result: Sequence[Mapping[str, Any]], *, label: str = "pod") -> QueryOutcome:
+    """Instant-vector rows -> values by (namespace, `label`). Rows without both labels are
     dropped; a pod with several rows (the query did not aggregate by pod) is flagged."""
     values: dict[tuple[str, str], float] = {}
     duplicated: set[tuple[str, str]] = set()
     eval_time_s: float | None = None
     for row in result:
         labels = row.get("metric", {})
-        namespace, pod = labels.get("namespace"), labels.get("pod")
+        namespace, pod = labels.get("namespace"), labels.get(label)
         if not namespace or not pod:
             continue
         timestamp, text = row["value"]
@@ -203,7 +204,7 @@ class PrometheusSource:
         """One query, parsed, on a worker thread (parsing 800 rows is not for the loop)."""
         result = self.http.instant(name, query, deadline=deadline)
         try:
-            return parse_vector(result)
+            return parse_vector(result, label=GROUPED_BY.get(name, "pod"))
         except (KeyError, TypeError, ValueError, IndexError) as err:
             bad = PrometheusUnavailable(name, kind="bad_response", detail=repr(err))
             self.http.report(bad)
@@ -295,6 +296,29 @@ class PrometheusSource:
             )
         return None
 
+    @staticmethod
+    def _wake_requests(
+        target: ComponentTarget, outcomes: Mapping[str, QueryOutcome], reasons: dict[str, str]
+    ) -> float | None:
+        """The `wake` query's value for the target's deployment. None when it is not
+        configured or has no finite row for it (a gateway with nothing queued often exports
+        nothing: not an error), and with a reason when the query failed or is ambiguous."""
+        outcome = outcomes.get("wake")
+        if outcome is None or target.deployment is None:
+            return None
+        if outcome.error is not None:
+            reasons["wake_requests"] = outcome.error
+            return None
+        key = (target.key.namespace, target.deployment)
+        if key in outcome.duplicated:
+            reasons["wake_requests"] = (
+                f"several series for deployment {key[0]}/{key[1]}; "
+                "the wake query must aggregate by (namespace, deployment)"
+            )
+            return None
+        value = outcome.values.get(key)
+        return value if value is not None and math.isfinite(value) else None
+
     def signals_for(self, target: ComponentTarget, outcomes: Mapping[str, QueryOutcome]) -> Signals:
         """Aggregate one component over the leader pods of its ready gangs."""
         namespace = target.key.namespace
@@ -326,6 +350,7 @@ class PrometheusSource:
             return total / len(values) if mean else total
 
         return Signals(
+            wake_requests=self._wake_requests(target, outcomes, reasons),
             waiting_requests=aggregate("waiting_requests", "waiting", mean=False),
             running_requests=aggregate("running_requests", "running", mean=False),
             kv_usage_fraction=aggregate("kv_usage_fraction", "kv_cache", mean=True),

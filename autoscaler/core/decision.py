@@ -209,6 +209,18 @@ def _draft(
                 Reason.FORECAST_FLOOR,
                 f"forecast {forecast.point:g} in {forecast.horizon_s:g}s at {capacity:g} per gang",
             )
+    # Step 2, at zero gangs: requests waiting in front of the deployment (a gateway's queue)
+    # bring it back to its minimum; its own pods, having none, can say nothing.
+    waiting = obs.signals.wake_requests
+    if current == 0 and waiting is not None and waiting > 0:
+        minimum = max(policy.min_replicas, 1)
+        if minimum > draft.gangs:
+            draft.step(
+                "wake",
+                minimum,
+                Reason.SCALE_FROM_ZERO,
+                f"{waiting:g} requests waiting for the deployment at zero gangs",
+            )
     draft.need = draft.gangs
 
     # Gangs still starting: do not stack more on them unless the need grew.

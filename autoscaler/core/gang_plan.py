@@ -31,6 +31,8 @@ class Reason(enum.StrEnum):
     HOLD_STALE_VIEW = "hold_stale_view"
     # forecast
     FORECAST_FLOOR = "forecast_floor"
+    # requests waiting for a deployment at zero
+    SCALE_FROM_ZERO = "scale_from_zero"
     # stabilization and limits
     SCALE_DOWN_STABILIZED = "scale_down_stabilized"
     SCALE_UP_RATE_LIMITED = "scale_up_rate_limited"

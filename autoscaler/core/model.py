@@ -85,6 +85,9 @@ class Signals:
     running_requests: float | None = None  # sum of vllm:num_requests_running
     kv_usage_fraction: float | None = None  # mean KV-cache usage over ready gangs, 0-1
     demand: float | None = None  # arrivals in the demand signal's unit (e.g. tokens/s)
+    # requests waiting for the component's deployment in front of its pods (a gateway's
+    # queue); what can bring a deployment at zero gangs back, since its pods serve nothing
+    wake_requests: float | None = None
     # Why a signal is None, keyed by signal name ("waiting_requests", ...), for reports.
     missing_reasons: Mapping[str, str] = field(default_factory=dict)
 

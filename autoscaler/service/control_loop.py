@@ -300,6 +300,7 @@ class ControlLoop:
                 key=key,
                 component=kinds[key],
                 ready_group_indexes=frozenset(comp.leader_pods.values()),
+                deployment=comp.discovered.deployment.name if comp.discovered.deployment else None,
             )
             for key, comp in state.components.items()
             if comp.observation is not None and key in kinds

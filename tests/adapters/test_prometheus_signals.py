@@ -7,6 +7,7 @@ against a real Prometheus.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -188,6 +189,31 @@ def test_queries_must_keep_pod_labels() -> None:
         PrometheusQueries(waiting="sum(vllm:num_requests_waiting)")
     with pytest.raises(ValidationError):
         PrometheusQueries(unknown="x")  # type: ignore[call-arg]
+
+
+def test_the_wake_query_keeps_the_deployment_label_not_the_pod() -> None:
+    with pytest.raises(ValidationError, match="`deployment`"):
+        PrometheusQueries(wake="sum by (namespace, pod) (gateway_queue)")
+    queries = PrometheusQueries(wake="sum by (namespace, deployment) (gateway_queue)")
+    assert "wake" in queries.instant_queries()
+
+
+def test_the_wake_query_maps_by_deployment_and_a_missing_row_is_no_request() -> None:
+    wake = parse_vector(
+        [{"metric": {"namespace": "ns", "deployment": "llama"}, "value": [1.0, "3"]},
+         {"metric": {"namespace": "ns", "deployment": "other"}, "value": [1.0, "NaN"]}],
+        label="deployment",
+    )  # fmt: skip
+    src = source()
+    for deployment, expected in (("llama", 3.0), ("other", None), ("absent", None)):
+        found = replace(target(set()), deployment=deployment)
+        signals = src.signals_for(found, outcomes(wake=wake))
+        assert signals.wake_requests == expected
+        assert "wake_requests" not in signals.missing_reasons
+    failed = src.signals_for(
+        replace(target(set()), deployment="llama"), outcomes(wake=QueryOutcome(error="timeout"))
+    )
+    assert failed.wake_requests is None and failed.missing_reasons["wake_requests"] == "timeout"
 
 
 def test_query_set_is_fixed() -> None:

@@ -36,6 +36,7 @@ NON_DEFAULT_VALUES: dict[str, Any] = {
             "decodeDemand": "sum by (namespace, pod) (rate(sglang:generation_tokens_total[2m]))",
             "unifiedDemand": "sum by (namespace, pod) (rate(sglang:prompt_tokens_total[5m]))",
             "sampleTime": "max by (namespace, pod) (timestamp(sglang:num_running_reqs))",
+            "wake": "sum by (namespace, deployment) (gateway_queue_size)",
         },
     },
     "tick": "30s",

@@ -486,6 +486,7 @@ def test_chart_defaults_match_the_service_defaults(chart: helm.Chart) -> None:
         "decodeDemand": defaults.decode_demand,
         "unifiedDemand": "",  # unset: unified components read the prefill demand
         "sampleTime": defaults.sample_time,
+        "wake": "",  # unset: a deployment at zero comes back on its forecast only
     }
     fields = RunSettings.model_fields
     assert values["httpPort"] == fields["http_port"].default
@@ -569,6 +570,7 @@ def test_non_default_values_reach_the_service(
         decode_demand=queries["decodeDemand"],
         unified_demand=queries["unifiedDemand"],
         sample_time=queries["sampleTime"],
+        wake=queries["wake"],
     )
     assert settings.balloon_image == v["balloonImage"]
 

@@ -8,7 +8,7 @@ import pytest
 
 from autoscaler.core.decision import hold_every_component, plan
 from autoscaler.core.gang_plan import ComponentMemory, Memory, Reason
-from autoscaler.core.model import ComponentKey, GangStatus, NodeCapacity
+from autoscaler.core.model import ComponentKey, GangStatus, NodeCapacity, Signals
 from autoscaler.core.policy import Policy
 from autoscaler.core.shape import GangShape, PodShape
 from tests.core.builders import forecast, node, obs, observations, policy, ready_gangs, shape
@@ -611,6 +611,43 @@ def test_a_deployment_at_zero_is_woken_by_its_forecast_as_a_whole():
     p, d = the_plan.components[p_obs.key], the_plan.components[d_obs.key]
     assert (p.desired_gangs, p.reason) == (2, Reason.FORECAST_FLOOR)
     assert (d.desired_gangs, d.reason) == (1, Reason.DEPLOYMENT_MINIMUM)
+
+
+@pytest.mark.parametrize(
+    ("waiting", "spec", "forecast_on", "expected"),
+    [
+        pytest.param(3.0, 0, False, (1, 1, Reason.SCALE_FROM_ZERO), id="requests-wake-it"),
+        pytest.param(0.0, 0, False, (0, 0, Reason.HOLD_MISSING_DATA), id="no-request-stays"),
+        pytest.param(None, 0, False, (0, 0, Reason.HOLD_MISSING_DATA), id="no-reading-stays"),
+        pytest.param(float("nan"), 0, False, (0, 0, Reason.HOLD_MISSING_DATA), id="nan-stays"),
+    ],
+)
+def test_requests_waiting_in_front_of_a_deployment_at_zero_wake_it(
+    waiting, spec, forecast_on, expected
+):
+    """With the forecast off (or no history yet), nothing read from the deployment's own
+    pods can bring it back from zero: it has none. The gateway's queue can."""
+    at_zero = {"deployment": "chat", "min_replicas": 0, "forecast": "on" if forecast_on else "off"}
+    signals = Signals(wake_requests=waiting)
+    p_obs = replace(obs("chat-p", ready=0, spec=spec, gangs=()), signals=signals)
+    d_obs = replace(obs("chat-d", ready=0, spec=spec, gangs=()), signals=signals)
+    the_plan, _ = plan(
+        observations(p_obs, d_obs),
+        {p_obs.key: policy(component="prefill", **at_zero),
+         d_obs.key: policy(component="decode", **at_zero)},
+        {},
+        Memory(),
+        now=NOW,
+    )  # fmt: skip
+    p, d = the_plan.components[p_obs.key], the_plan.components[d_obs.key]
+    assert (p.desired_gangs, d.desired_gangs, p.reason) == expected
+
+
+def test_requests_waiting_at_the_gateway_do_not_move_a_deployment_that_has_gangs():
+    component = replace(obs(ready=2, waiting=0, kv=0.5), signals=Signals(
+        waiting_requests=0.0, kv_usage_fraction=0.5, wake_requests=500.0))  # fmt: skip
+    result, _ = decide(component, policy(min_replicas=0))
+    assert result.desired_gangs < 3 and result.reason is not Reason.SCALE_FROM_ZERO
 
 
 def test_a_component_with_gangs_and_no_data_still_ignores_its_forecast():

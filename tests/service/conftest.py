@@ -29,6 +29,7 @@ NAMESPACES = (
     "roles",
     "mirror",
     "flip",
+    "wake",
 )
 
 

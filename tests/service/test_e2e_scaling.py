@@ -12,6 +12,7 @@ from tests.service.stack import (
     DECODE,
     NO_BUFFER,
     PREFILL,
+    TEST_QUERIES,
     lws_pods,
     pd_manifests,
     settings_for,
@@ -78,5 +79,37 @@ async def test_rising_decode_queue_scales_decode_by_whole_gangs_and_keeps_prefil
         )
         assert scaled_up is not None and scaled_up >= 1
         await asyncio.sleep(0)
+    finally:
+        await running.close()
+
+
+async def test_a_deployment_at_zero_is_woken_by_the_wake_query(kube: FakeKube, live: Live) -> None:
+    """At zero gangs the deployment's pods serve no metric, and with the forecast off nothing
+    else could bring it back. The `wake` query reads what waits in front of it: here a
+    constant row for (namespace, deployment), as a gateway's queue would give."""
+    ns = "wake"
+    kube.add_namespace(ns)
+    at_zero = {**NO_BUFFER, "gang-autoscaler.io/min-replicas": "0",
+               "gang-autoscaler.io/forecast": "off"}  # fmt: skip
+    for manifest in pd_manifests(ns, {PREFILL: at_zero, DECODE: at_zero}):
+        manifest["spec"]["replicas"] = 0
+        kube.apply(manifest)
+    wake = (
+        'label_replace(label_replace(vector(3), "namespace", "wake", "", ""), '
+        '"deployment", "llama", "", "")'
+    )
+    queries = TEST_QUERIES.model_copy(update={"wake": wake})
+    running = await start_service(kube, settings_for(live.prometheus.url, queries=queries))
+    try:
+        await wait_until(
+            lambda: spec_gangs(kube, ns, PREFILL) == 1 and spec_gangs(kube, ns, DECODE) == 1,
+            timeout_s=20,
+            what="both components woken",
+        )
+        woke = await running.metric(
+            "gang_autoscaler_decisions_total",
+            namespace=ns, deployment="llama", component="prefill", reason="scale_from_zero",
+        )  # fmt: skip
+        assert woke is not None and woke >= 1
     finally:
         await running.close()
