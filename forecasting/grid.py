@@ -168,10 +168,12 @@ class GridForecaster(abc.ABC):
                 f"history is {values.size} windows of {self.step_s:g} s;"
                 f" {self.name} needs at least {min_windows}"
             )
-        if observed.size < min_windows // 2:
+        if observed.size < min_windows:
+            # Missing windows are no history: six missing days and one observed passed the
+            # two-day minimum, and a daily cycle was fitted to a single day.
             raise InsufficientHistory(
                 f"only {observed.size} of {values.size} windows observed;"
-                f" {self.name} needs at least {min_windows // 2}"
+                f" {self.name} needs at least {min_windows}"
             )
         return observed
 

@@ -48,6 +48,10 @@ class HoltWinters(GridForecaster):
         observed = self._require_history(values, min_windows=2 * self.season_windows)
         if float(np.ptp(observed)) <= 1e-9 * float(np.max(np.abs(observed))):
             raise FlatSeries(f"all {observed.size} observed windows equal {observed[0]:g}")
+        # Fitted from the first observed window: a leading gap filled with a constant would
+        # be fitted as if it were traffic. Inner gaps are interpolated; the end is kept, so
+        # the forecasts stay aligned with the last window.
+        values = values[int(np.argmax(np.isfinite(values))) :]
         filled = pd.Series(values).interpolate(limit_direction="both").to_numpy()
         model = ExponentialSmoothing(
             filled, trend=None, seasonal="add", seasonal_periods=self.season_windows

@@ -27,6 +27,7 @@ from forecasting.grid import GridForecaster
 from forecasting.series import FloatArray, Windows
 
 DEFAULT_HARMONICS = 4
+DEFAULT_MAX_ITERATIONS = 50  # statsmodels' own default for its L-BFGS fit
 
 
 class DailyStateSpace(GridForecaster):
@@ -34,12 +35,22 @@ class DailyStateSpace(GridForecaster):
 
     name = "state_space"
 
-    def __init__(self, *, harmonics: int = DEFAULT_HARMONICS, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        harmonics: int = DEFAULT_HARMONICS,
+        max_iterations: int = DEFAULT_MAX_ITERATIONS,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
-        if harmonics < 1:
-            raise ValueError(f"harmonics must be >= 1, got {harmonics}")
+        if harmonics < 1 or max_iterations < 1:
+            raise ValueError(
+                f"harmonics and max_iterations must be >= 1, got {harmonics}, {max_iterations}"
+            )
         self.harmonics = harmonics
+        self.max_iterations = max_iterations
         self._results: Any = None
+        self._scale = 1.0  # the series' spread at the last fit: the model's unit
         self._z = NormalDist().inv_cdf(self.quantile)
 
     def _fit_windows(self, values: FloatArray) -> None:
@@ -49,8 +60,14 @@ class DailyStateSpace(GridForecaster):
         if float(np.ptp(observed)) <= 1e-9 * float(np.max(np.abs(observed))):
             raise FlatSeries(f"all {observed.size} observed windows equal {observed[0]:g}")
         harmonics = min(self.harmonics, self.season_windows // 2)
+        # The optimizer's stopping test is not scale-free: on prompt tokens/s (around 1e5)
+        # it stopped after 0-1 iterations at the starting parameters and still reported
+        # convergence, with an upper bound twice as wide. The model is fitted in units of
+        # the series' spread and its forecasts are scaled back.
+        largest = float(np.max(np.abs(observed)))  # > 0: a flat series was refused above
+        self._scale = largest * float(np.std(observed / largest))  # no overflow near 1e308
         model = UnobservedComponents(
-            values[:-1],
+            values[:-1] / self._scale,
             level="llevel",
             freq_seasonal=[{"period": self.season_windows, "harmonics": harmonics}],
         )
@@ -58,22 +75,23 @@ class DailyStateSpace(GridForecaster):
             # Non-convergence is checked below and reported as the fallback reason.
             warnings.simplefilter("ignore")
             try:
-                fitted = model.fit(disp=False)
+                fitted = model.fit(disp=False, maxiter=self.max_iterations)
             except (ValueError, np.linalg.LinAlgError) as err:
                 raise FitFailed(f"state-space fit raised {type(err).__name__}: {err}") from err
-        if not fitted.mle_retvals.get("converged", False):
+        retvals = fitted.mle_retvals
+        if not retvals.get("converged", False) or retvals.get("iterations", 1) == 0:
             raise FitFailed("state-space fit did not converge")
         if not np.all(np.isfinite(fitted.params)):
             raise FitFailed("state-space fit gave non-finite parameters")
-        self._results = fitted.extend(values[-1:])
+        self._results = fitted.extend(values[-1:] / self._scale)
 
     def _extend_windows(self, windows: Windows) -> None:
-        self._results = self._results.extend(np.asarray(windows.values))
+        self._results = self._results.extend(np.asarray(windows.values) / self._scale)
 
     def _model_forecast(self, steps: int) -> tuple[float, float]:
         prediction = self._results.get_forecast(steps)
-        mean = float(np.asarray(prediction.predicted_mean)[-1])
+        mean = float(np.asarray(prediction.predicted_mean)[-1]) * self._scale
         variance = float(np.asarray(prediction.var_pred_mean)[-1])
         if not (math.isfinite(variance) and variance >= 0):
             return mean, math.nan
-        return mean, mean + self._z * math.sqrt(variance)
+        return mean, mean + self._z * math.sqrt(variance) * self._scale

@@ -40,15 +40,37 @@ def test_state_space_extend_matches_a_full_filter(trace: str, start: int) -> Non
     # O(1): the kept results hold only the windows since the last extension, not the history.
     assert results.nobs == 1
     assert len(pickle.dumps(results)) < 1_000_000
+    # The model works in units of the series' spread at the fit (`_scale`).
+    scale = forecaster._scale
     full = UnobservedComponents(
-        history.values, level="llevel", freq_seasonal=[{"period": DAY_WINDOWS, "harmonics": 4}]
+        history.values / scale,
+        level="llevel",
+        freq_seasonal=[{"period": DAY_WINDOWS, "harmonics": 4}],
     ).filter(results.params)
     expected = full.get_forecast(6)
     for steps in (1, 3, 6):
         point, upper = forecaster._model_forecast(steps)
-        assert point == pytest.approx(expected.predicted_mean[steps - 1], rel=1e-6)
-        sd = np.sqrt(expected.var_pred_mean[steps - 1])
+        assert point == pytest.approx(expected.predicted_mean[steps - 1] * scale, rel=1e-6)
+        sd = np.sqrt(expected.var_pred_mean[steps - 1]) * scale
         assert upper == pytest.approx(point + 1.2815515655446004 * sd, rel=1e-6)
+
+
+@pytest.mark.parametrize("unit", [1.0, 1_000.0, 1e-3])
+def test_state_space_forecasts_do_not_depend_on_the_unit(unit: float) -> None:
+    """Requests/s and prompt tokens/s (a thousand times larger) are one series in two units.
+    The optimizer's stopping test is not scale-free: on the larger numbers it stopped at its
+    starting parameters after 0-1 iterations, reported convergence, and the upper bound
+    came out about twice as wide."""
+    history = servegen_cut("m-small", 0, TRAIN)
+    forecasts = []
+    for factor in (1.0, unit):
+        forecaster = make_forecaster("state_space", step_s=STEP_S)
+        forecaster.fit(Series(history.timestamps_s, history.values * factor))
+        assert forecaster.model_unavailable_reason is None
+        point, upper = forecaster._model_forecast(3)
+        forecasts.append((point / factor, upper / factor))
+    assert forecasts[1][0] == pytest.approx(forecasts[0][0], rel=1e-3)
+    assert forecasts[1][1] == pytest.approx(forecasts[0][1], rel=1e-3)
 
 
 @pytest.mark.parametrize(
