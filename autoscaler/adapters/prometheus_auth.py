@@ -105,6 +105,11 @@ def read_secret_file(path: Path, *, setting: str) -> str:
         raise PrometheusCredentialsError(f"{setting}: cannot read {path}: {err}") from err
     if not text:
         raise PrometheusCredentialsError(f"{setting}: {path} is empty")
+    if any(ch in text for ch in "\r\n\0"):
+        # No HTTP client sends it, and their errors quote the value: refused here by name.
+        raise PrometheusCredentialsError(
+            f"{setting}: {path} has a line break inside (the value is not shown)"
+        )
     return text
 
 

@@ -25,7 +25,11 @@ import numpy as np
 import numpy.typing as npt
 
 from autoscaler.adapters.pod_names import PodNameIndex
-from autoscaler.adapters.prometheus_http import PrometheusHttp, PrometheusUnavailable
+from autoscaler.adapters.prometheus_http import (
+    HISTORY_TIMEOUT_S,
+    PrometheusHttp,
+    PrometheusUnavailable,
+)
 from autoscaler.adapters.prometheus_queries import PrometheusQueries
 from autoscaler.core.model import Component, ComponentKey
 
@@ -106,7 +110,7 @@ def _fetch_chunk(
     grid: npt.NDArray[np.float64],
 ) -> ChunkPoints:
     """One day's range query, parsed, on a worker thread; a malformed answer fails the chunk."""
-    deadline = time.monotonic() + http.timeout_s
+    deadline = time.monotonic() + HISTORY_TIMEOUT_S
     matrix = http.range(
         f"{name}[backfill]", query, start_s=start_s, end_s=end_s, step_s=step_s, deadline=deadline
     )

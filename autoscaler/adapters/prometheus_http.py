@@ -35,6 +35,12 @@ RETRY_BACKOFF_S = 0.2
 _STATUS = re.compile(r"HTTP Status Code (\d{3})")
 
 
+# Each history read (a day of one demand query for the whole fleet, or the learned-capacity
+# lookup) runs on a thread of its own, off the tick, so it may take longer than a tick's
+# query: a day of 800 leaders takes about 9 s, past the tick's 7.5 s.
+HISTORY_TIMEOUT_S = 60.0
+
+
 class PrometheusSourceError(Exception):
     """Base of the Prometheus adapter's errors."""
 
@@ -133,10 +139,18 @@ class PrometheusHttp:
     def close(self) -> None:
         self._client.close()
 
-    def instant(self, name: str, query: str, *, deadline: float) -> list[dict[str, Any]]:
+    def instant(
+        self,
+        name: str,
+        query: str,
+        *,
+        deadline: float,
+        on_send: Callable[[], None] | None = None,
+    ) -> list[dict[str, Any]]:
         """`/api/v1/query` answer (the result list), or PrometheusUnavailable.
 
-        `deadline` is a `time.monotonic()` value; no request outlives it.
+        `deadline` is a `time.monotonic()` value; no request outlives it. `on_send` is
+        called for every request sent (retries included), for the caller's own count.
         """
         return self._call(
             name,
@@ -144,6 +158,7 @@ class PrometheusHttp:
             lambda timeout_s: self._client.custom_query(
                 query, params={"timeout": f"{max(1, int(timeout_s * 1000))}ms"}, timeout=timeout_s
             ),
+            on_send=on_send,
         )
 
     def range(
@@ -166,15 +181,24 @@ class PrometheusHttp:
         )
 
     def _call(
-        self, name: str, deadline: float, send: Callable[[float], Any]
+        self,
+        name: str,
+        deadline: float,
+        send: Callable[[float], Any],
+        *,
+        on_send: Callable[[], None] | None = None,
     ) -> list[dict[str, Any]]:
         attempt = 0
         while True:
-            timeout_s = min(self.timeout_s, deadline - time.monotonic())
+            # The caller's deadline bounds every request: the tick's queries get
+            # `timeout_s`, history reads (back-fill, capacity restore) `HISTORY_TIMEOUT_S`.
+            timeout_s = deadline - time.monotonic()
             if timeout_s <= 0:
                 error = PrometheusUnavailable(name, kind="timeout", detail="deadline passed")
                 break
             self.stats.count_query()
+            if on_send is not None:
+                on_send()
             try:
                 result = send(timeout_s)
             except (
@@ -184,7 +208,17 @@ class PrometheusHttp:
                 KeyError,  # JSON without data.result
             ) as err:
                 kind, status = _classify(err)
-                error = PrometheusUnavailable(name, kind=kind, detail=str(err)[:300])
+                detail = str(err)[:300]
+                if isinstance(err, requests.exceptions.InvalidHeader) or (
+                    isinstance(err, ValueError) and "header value" in str(err)  # http.client
+                ):
+                    # its message quotes the header's value, a credential perhaps (a token
+                    # file with a line break in it), and goes to the log and /decisions
+                    detail = (
+                        "a header value requests refuses (leading whitespace or a line "
+                        "break; the value is not shown): check the token file and headers"
+                    )
+                error = PrometheusUnavailable(name, kind=kind, detail=detail)
                 error.__cause__ = err
                 retryable = kind == "connection" or status in RETRYABLE_STATUSES
                 if retryable and attempt < self.retries:

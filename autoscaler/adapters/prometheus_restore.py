@@ -27,14 +27,21 @@ with the number of components.
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import astuple, dataclass, fields
 from typing import Any
 
-from autoscaler.adapters.prometheus_http import PrometheusHttp, PrometheusUnavailable
+from autoscaler.adapters.prometheus_http import (
+    HISTORY_TIMEOUT_S,
+    PrometheusHttp,
+    PrometheusUnavailable,
+)
 from autoscaler.core.model import ComponentKey
+
+log = logging.getLogger(__name__)
 
 LEARNED_CAPACITY_METRIC = "gang_autoscaler_learned_capacity_per_gang"
 LEARNED_CAPACITY_REPORTED_METRIC = "gang_autoscaler_learned_capacity_reported_timestamp_seconds"
@@ -147,15 +154,25 @@ def restore_learned_capacity(
     wider one fails, what the narrower ones found is returned.
     """
     found: dict[ComponentKey, RestoredCapacity] = {}
-    for window_s in lookup_windows_s(lookback_s):
+    for attempt, window_s in enumerate(lookup_windows_s(lookback_s)):
         missing = {k: v for k, v in wanted.items() if k not in found}
         if not missing:
             break
         try:
             found.update(_lookup(http, wanted=missing, window_s=window_s))
-        except PrometheusUnavailable:
-            if not found:
+        except PrometheusUnavailable as err:
+            if attempt == 0:
                 raise
+            # Prometheus answered the narrower lookups: the wider one is too heavy for it
+            # (a week of a large fleet passes `--query.max-samples`). Raising would have the
+            # caller ask again every minute, for good; what was found stands.
+            log.warning(
+                "learned capacity: the %gs lookup failed (%s); %d of %d components found",
+                window_s,
+                err,
+                len(found),
+                len(wanted),
+            )
             break
     return found
 
@@ -163,7 +180,7 @@ def restore_learned_capacity(
 def _lookup(
     http: PrometheusHttp, *, wanted: Mapping[ComponentKey, CapacityIdentity], window_s: float
 ) -> dict[ComponentKey, RestoredCapacity]:
-    deadline = time.monotonic() + http.timeout_s
+    deadline = time.monotonic() + HISTORY_TIMEOUT_S
     answers = {
         name: http.instant(name, query, deadline=deadline)
         for name, query in restore_queries(window_s=window_s).items()

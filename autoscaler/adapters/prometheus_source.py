@@ -18,7 +18,7 @@ import functools
 import logging
 import math
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -200,9 +200,11 @@ class PrometheusSource:
         )
         return await asyncio.get_running_loop().run_in_executor(self._background, restore)
 
-    def _instant_outcome(self, name: str, query: str, *, deadline: float) -> QueryOutcome:
+    def _instant_outcome(
+        self, name: str, query: str, *, deadline: float, on_send: Callable[[], None]
+    ) -> QueryOutcome:
         """One query, parsed, on a worker thread (parsing 800 rows is not for the loop)."""
-        result = self.http.instant(name, query, deadline=deadline)
+        result = self.http.instant(name, query, deadline=deadline, on_send=on_send)
         try:
             return parse_vector(result, label=GROUPED_BY.get(name, "pod"))
         except (KeyError, TypeError, ValueError, IndexError) as err:
@@ -214,11 +216,17 @@ class PrometheusSource:
         """Send the tick's fixed query set, each in a thread, all within the timeout."""
         deadline = time.monotonic() + self.timeout_s
         slots = asyncio.Semaphore(self.max_parallel_queries)
+        # The tick's own requests: back-fills and restores share the HTTP client's counter.
+        # (list.append is atomic across the query threads)
+        sent: list[None] = []
+
+        def count() -> None:
+            sent.append(None)
 
         async def send(name: str, query: str) -> QueryOutcome:
             async with slots:
                 return await asyncio.to_thread(
-                    self._instant_outcome, name, query, deadline=deadline
+                    self._instant_outcome, name, query, deadline=deadline, on_send=count
                 )
 
         tasks = {
@@ -251,6 +259,7 @@ class PrometheusSource:
                 error = PrometheusUnavailable(name, kind="unexpected", detail=repr(exc))
                 self.http.report(error)
                 failures.append(error)
+        self.stats.last_tick_queries = len(sent)
         for error in failures:
             outcomes[error.query_name] = QueryOutcome(
                 error=f"prometheus {error.kind}: {error.detail}"
@@ -265,9 +274,7 @@ class PrometheusSource:
     async def observe(self, components: Iterable[ComponentTarget]) -> dict[ComponentKey, Signals]:
         """Signals of every component. Never raises for Prometheus trouble."""
         targets = list(components)
-        sent_before = self.stats.queries_sent
         outcomes = await self.query_all()
-        self.stats.last_tick_queries = self.stats.queries_sent - sent_before
         return {t.key: self.signals_for(t, outcomes) for t in targets}
 
     def _stale_reason(

@@ -305,20 +305,15 @@ class ControlLoop:
             for key, comp in state.components.items()
             if comp.observation is not None and key in kinds
         ]
-        # A demand series is one LWS object's, read with one query (one unit).
+        # A demand series is read with one query (one unit). Not tied to the LWS object: the
+        # back-fill reads history by pod name, so a recreated LWS would get it back anyway.
         forgotten = self._forecasts.keep_only(
-            {
-                t.key: (
-                    state.components[t.key].discovered.uid,
-                    self._prometheus.demand_fingerprint(t.component),
-                )
-                for t in targets
-            }
+            {t.key: self._prometheus.demand_fingerprint(t.component) for t in targets}
         )
         if forgotten:
             log.info(
-                "forgot the demand history of %d components (gone, held, recreated or now "
-                "read with another demand query): %s",
+                "forgot the demand history of %d components (gone, held, or now read with "
+                "another demand query): %s",
                 len(forgotten),
                 ", ".join(str(k) for k in sorted(forgotten)[:5]),
             )

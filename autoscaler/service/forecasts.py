@@ -101,9 +101,9 @@ class DemandForecasts:
 
     def keep_only(self, identities: Mapping[ComponentKey, Hashable]) -> list[ComponentKey]:
         """Forget the components not in `identities` (deleted, opted out, held without a
-        policy) and those whose identity changed (the LWS recreated, or its demand query
-        another one: a new `component` kind measures another unit). A forgotten component is
-        back-filled afresh when it is seen again. Returns the forgotten keys.
+        policy) and those whose identity changed (its demand query another one: a new
+        `component` kind measures another unit). A forgotten component is back-filled
+        afresh when it is seen again. Returns the forgotten keys.
 
         Before, a deleted component's history stayed in memory and was refitted every
         refit interval, taking fit slots from live components."""

@@ -198,6 +198,10 @@ def _valid_headers(value: dict[str, str]) -> dict[str, str]:
     broken = [name for name, text in value.items() if "\r" in text or "\n" in text]
     if broken:  # the value itself is never echoed: it may be a credential
         raise ValueError(f"line break in the value of {', '.join(broken)}")
+    # requests refuses such a value on every query, quoting it in its error message
+    padded = [name for name, text in value.items() if text[:1].isspace()]
+    if padded:
+        raise ValueError(f"leading whitespace in the value of {', '.join(padded)}")
     return value
 
 

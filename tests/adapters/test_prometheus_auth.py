@@ -20,6 +20,7 @@ from autoscaler.adapters.prometheus_auth import (
     PrometheusCredentials,
     PrometheusCredentialsError,
     SecretFile,
+    file_auth,
 )
 from autoscaler.adapters.prometheus_http import PrometheusUnavailable
 from autoscaler.adapters.prometheus_queries import PrometheusQueries
@@ -269,3 +270,16 @@ async def test_https_is_verified_against_the_ca_file(tmp_path: Path) -> None:
         assert all(o.error is None for o in trusted.values()), trusted
     finally:
         await runner.cleanup()
+
+
+def test_a_token_file_with_a_line_break_inside_is_refused_without_showing_it(
+    tmp_path: Path,
+) -> None:
+    """The HTTP client refused the header on every query and quoted its value in the
+    error, which went to the log, the error counters and every component's missing
+    reasons in /decisions."""
+    token_file = tmp_path / "token"
+    token_file.write_text("token-SECRET\nsecond-line\n")
+    with pytest.raises(PrometheusCredentialsError) as raised:
+        file_auth(PrometheusCredentials(bearer_token_file=token_file))
+    assert "line break inside" in str(raised.value) and "SECRET" not in str(raised.value)

@@ -216,3 +216,34 @@ def test_lookups_widen_up_to_the_lookback() -> None:
 def test_the_fingerprint_ignores_whitespace_only() -> None:
     assert demand_fingerprint("sum(rate(x[1m]))") == demand_fingerprint(" sum(rate(x[1m]))\n")
     assert demand_fingerprint("sum(rate(x[1m]))") != demand_fingerprint("sum(rate(x[5m]))")
+
+
+async def test_a_wider_lookup_too_heavy_for_prometheus_returns_what_was_found() -> None:
+    """The week-long lookup of a large fleet passes `--query.max-samples` (422). Raising
+    after the narrower lookups had answered made the caller ask again every minute, for
+    good; it now stops there with what was found (here nothing)."""
+    from aiohttp import web
+
+    from tests.service.test_service_parts import fake_prometheus
+
+    answered: list[str] = []
+
+    async def prometheus(request: web.Request) -> web.Response:
+        query = (await request.post()).get("query") or request.query.get("query", "")
+        answered.append(str(query))
+        if "[604800s]" in str(query):
+            return web.json_response(
+                {"status": "error", "errorType": "execution",
+                 "error": "query processing would load too many samples into memory"},
+                status=422,
+            )  # fmt: skip
+        return web.json_response({"status": "success", "data": {"resultType": "vector",
+                                                                 "result": []}})  # fmt: skip
+
+    async with fake_prometheus(prometheus) as url:
+        source = PrometheusSource(url=url, timeout_s=2.0)
+        found = await source.restore_learned_capacity(wanted=WANTED, lookback_s=7 * DAY_S)
+        assert found == {}
+        # the hour and the day (two queries each), then the week's first, which failed
+        assert len(answered) == 5 and answered[-1].endswith("[604800s])")
+        source.close()

@@ -293,6 +293,18 @@ def test_credentials_in_the_prometheus_url_are_refused_without_echoing_them() ->
     assert "prometheus_basic_auth_password_file" in str(raised.value)
 
 
+def test_a_header_value_with_leading_whitespace_is_refused_without_echoing_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # requests refused it on every query, quoting the value in an error that reached the
+    # log and /decisions.
+    message = _refusal_of(
+        monkeypatch, "GANG_AUTOSCALER_PROMETHEUS_HEADERS", '{"X-Api-Key": " tok-SECRET-123"}'
+    )
+    assert "leading whitespace in the value of X-Api-Key" in message
+    assert "SECRET" not in message
+
+
 def test_one_header_named_twice_in_one_source_is_refused() -> None:
     with pytest.raises(SettingsError) as raised:
         _load(
