@@ -1,6 +1,16 @@
 # `make test` installs everything the tests need on a fresh Debian machine and runs them.
 # `make simulate` runs the simulator on its built-in trace and prints the comparison.
-PYTHON ?= python3
+# Debian's own python3 is "externally managed" (PEP 668) and pip refuses to install into it;
+# with such an interpreter every target uses a virtual environment in .venv instead.
+BASE_PYTHON ?= python3
+MANAGED := $(shell $(BASE_PYTHON) -c 'import os, sysconfig; print(os.path.isfile(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED")))' 2>/dev/null)
+ifeq ($(MANAGED),True)
+PYTHON ?= .venv/bin/python
+VENV := .venv/bin/python
+else
+PYTHON ?= $(BASE_PYTHON)
+VENV :=
+endif
 export OPENBLAS_NUM_THREADS ?= 1
 
 .PHONY: test install install-system install-python install-runtime lint simulate
@@ -15,11 +25,17 @@ install-system:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; \
 	fi
 
-install-python:
+install-python: $(VENV)
 	$(PYTHON) -m pip install -q --disable-pip-version-check -e '.[dev]'
 
-install-runtime:
+install-runtime: $(VENV)
 	$(PYTHON) -m pip install -q --disable-pip-version-check -e .
+
+# Debian ships venv's pip bootstrap separately (python3-venv).
+.venv/bin/python:
+	@$(BASE_PYTHON) -m venv .venv 2>/dev/null || { rm -rf .venv; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-venv && \
+	  $(BASE_PYTHON) -m venv .venv; }
 
 lint:
 	$(PYTHON) -m ruff check .
