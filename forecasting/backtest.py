@@ -98,7 +98,8 @@ def run_backtest(
     refit_every_s: float = DAY_S,
     min_scored_origins: int = MIN_SCORED_ORIGINS,
 ) -> BacktestReport:
-    """Score `models` (the two baselines are always included) on `series`.
+    """Score `models` (the two baselines and the planning model are always included) on
+    `series`.
 
     Forecasts reach whole windows ahead, so the horizon is rounded up to whole steps; the
     report carries the horizon actually scored.
@@ -116,7 +117,8 @@ def run_backtest(
             f"{ends.size} windows of {step_s:g} s cannot hold {train} training windows"
             f" plus a {horizon_s:g} s horizon"
         )
-    names = list(dict.fromkeys([Persistence.name, SeasonalNaive.name, *models]))
+    # The planning model is always scored: the report's `default_model` names it.
+    names = list(dict.fromkeys([Persistence.name, SeasonalNaive.name, *models, PLANNING_MODEL]))
     refit_windows = max(1, int(refit_every_s // step_s))
     runs = {
         name: _run_model(
@@ -194,7 +196,15 @@ def _run_model(
         known = int(bounds[origin - 1])
         if origin - last_fit >= refit_windows:
             started = time.perf_counter()
-            forecaster.fit(Series(series.timestamps_s[:known], series.values[:known]))
+            # The window's end closes the last window, as at an update: without it a step
+            # that is not a multiple of the trace's interval left the last window open,
+            # and the forecast was scored one window off.
+            forecaster.fit(
+                Series(
+                    np.append(series.timestamps_s[:known], ends[origin - 1]),
+                    np.append(series.values[:known], math.nan),
+                )
+            )
             fit_seconds.append(time.perf_counter() - started)
             last_fit = origin
         else:

@@ -175,7 +175,13 @@ def test_command_writes_the_contract_json_for_a_trace_file(tmp_path: Path, capsy
     document = json.loads(out.read_text())
     assert document["trace"] == "cut"
     assert document["horizon_s"] == 1800
-    assert set(document["models"]) == {"persistence", "seasonal_naive", "state_space"}
+    # the planning model (`default_model`) is always scored beside the one asked for
+    assert set(document["models"]) == {
+        "persistence",
+        "seasonal_naive",
+        "state_space",
+        document["default_model"],
+    }
     assert all(math.isfinite(v) for v in document["models"]["state_space"].values())
     assert "state_space" in capsys.readouterr().out
 
@@ -341,3 +347,11 @@ def test_backtest_takes_every_trace_name_simulate_takes(name: str) -> None:
     }
     assert paths["backtest"] == paths["simulate"]
     assert read_trace(paths["backtest"]).series.values.size > 0
+
+
+def test_the_default_model_is_always_scored() -> None:
+    # `--model state_space` wrote "default_model": "seasonal_envelope" with no score for it.
+    history = servegen_cut("m-small", 0, 5 * DAY_WINDOWS)
+    report = run_backtest(history, trace="cut", horizon_s=1800, step_s=STEP_S,
+                          models=["persistence"])  # fmt: skip
+    assert report.default_model in report.models
