@@ -345,7 +345,10 @@ class ControlLoop:
             try:
                 self._forecasts.record(key, now_s=now_s, demand=signals[key].demand)
                 found = self._forecasts.forecast(
-                    key, horizon_s=policies[key].lead_time_s, now_s=now_s
+                    key,
+                    horizon_s=policies[key].lead_time_s,
+                    now_s=now_s,
+                    at_zero=state.components[key].discovered.spec_gangs == 0,
                 )
             except Exception as err:  # one forecaster's failure leaves one component without
                 self._metrics.count_error("forecast")

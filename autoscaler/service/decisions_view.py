@@ -82,6 +82,7 @@ def forecast_view(forecast: Forecast | None, status: ForecastStatus | None) -> d
             "backfill_error": status.backfill_error,
             "fits_completed": status.fits_completed,
             "last_fit_error": status.last_fit_error,
+            "withheld": status.withheld,
         }
     return out
 

@@ -23,6 +23,8 @@ from collections.abc import Callable, Hashable, Iterable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass
 
+import numpy as np
+
 from autoscaler.adapters.prometheus_source import PrometheusSource
 from autoscaler.core.model import Component, ComponentKey, Forecast
 from forecasting.fitter import BackgroundFitter
@@ -38,6 +40,8 @@ BACKFILL_STEP_S = 60.0
 # data only if Prometheus never answers.
 BACKFILL_ATTEMPTS = 10
 BACKFILL_RETRY_S = 60.0
+# Past this long without a demand reading, no forecast is given for a component with gangs.
+STALE_DEMAND_S = 3600.0
 # Fits queued on the one fit worker at a time, collected at the next tick. A fit takes about
 # 0.3 s on 7 days of 5-minute windows and 1 s on 14 (docs/forecasting.md), so 8 keep the
 # worker busy for 2-8 s of each 15 s tick: 2,000 components get their first fitted model about
@@ -57,6 +61,8 @@ class ForecastStatus:
     backfill_error: str | None
     fits_completed: int
     last_fit_error: str | None
+    # why no forecast is given although the model has one (demand unseen for too long)
+    withheld: str | None = None
 
 
 class DemandForecasts:
@@ -73,6 +79,7 @@ class DemandForecasts:
         backfill_step_s: float = BACKFILL_STEP_S,
         backfill_attempts: int = BACKFILL_ATTEMPTS,
         backfill_retry_s: float = BACKFILL_RETRY_S,
+        stale_demand_s: float = STALE_DEMAND_S,
         max_fits_in_flight: int = DEFAULT_FITS_IN_FLIGHT,
         fit_timeout_s: float = DEFAULT_FIT_TIMEOUT_S,
         replace_executor: Callable[[Executor], Executor] | None = None,
@@ -83,6 +90,7 @@ class DemandForecasts:
         self.backfill_step_s = backfill_step_s
         self.backfill_attempts = max(1, backfill_attempts)
         self.backfill_retry_s = backfill_retry_s
+        self.stale_demand_s = stale_demand_s
         # A partial of a module-level function: it must pickle into a process pool.
         self._fitter: BackgroundFitter[ComponentKey] = BackgroundFitter(
             make_forecaster=functools.partial(make_forecaster, model, step_s=step_s),
@@ -93,6 +101,9 @@ class DemandForecasts:
             replace_executor=replace_executor,
         )
         self._known: set[ComponentKey] = set()
+        # when each component's demand was last read (a finite value), live or back-filled
+        self._last_demand_s: dict[ComponentKey, float] = {}
+        self._withheld: dict[ComponentKey, str] = {}
         # what each component's demand series measures (`keep_only`)
         self._identity: dict[ComponentKey, Hashable] = {}
         self._pending: dict[ComponentKey, list[tuple[float, float]]] = {}
@@ -114,6 +125,8 @@ class DemandForecasts:
             or (key in self._identity and self._identity[key] != identities[key])
         ]
         for key in forgotten:
+            self._last_demand_s.pop(key, None)
+            self._withheld.pop(key, None)
             self._known.discard(key)
             self._identity.pop(key, None)
             self._pending.pop(key, None)
@@ -192,6 +205,9 @@ class DemandForecasts:
                     if not still_ours(key):
                         continue
                     self._observe(key, history.timestamps_s.tolist(), history.values.tolist())
+                    seen = history.timestamps_s[np.isfinite(history.values)]
+                    if seen.size:
+                        self._last_demand_s.setdefault(key, float(seen[-1]))
                     if result.chunks_failed:
                         self._backfill_errors[key] = (
                             f"{result.chunks_failed} of {result.chunks_total} range queries "
@@ -227,6 +243,8 @@ class DemandForecasts:
     def record(self, key: ComponentKey, *, now_s: float, demand: float | None) -> None:
         """This tick's demand (None: missing, recorded as NaN so the window stays missing)."""
         value = math.nan if demand is None else float(demand)
+        if math.isfinite(value):
+            self._last_demand_s[key] = now_s
         pending = self._pending.get(key)
         if pending is not None:
             pending.append((now_s, value))
@@ -259,8 +277,25 @@ class DemandForecasts:
         behind_s = 0.0 if last_end_s is None else min(max(now_s - last_end_s, 0.0), self.step_s)
         return horizon_s + behind_s
 
-    def forecast(self, key: ComponentKey, *, horizon_s: float, now_s: float) -> Forecast | None:
-        """Demand `horizon_s` after `now_s`."""
+    def forecast(
+        self, key: ComponentKey, *, horizon_s: float, now_s: float, at_zero: bool = False
+    ) -> Forecast | None:
+        """Demand `horizon_s` after `now_s`; None when demand has not been read for longer
+        than `stale_demand_s`, unless the component is `at_zero`.
+
+        Missing demand still closes windows (as gaps), so a model keeps forecasting from
+        days-old data with nothing to say so: a demand query broken by a server upgrade
+        would have the floor and the balloons follow the last week for good. At zero gangs
+        no demand can be read at all, and the forecast is what brings the component back.
+        """
+        self._withheld.pop(key, None)
+        last_s = self._last_demand_s.get(key)
+        if not at_zero and last_s is not None and now_s - last_s > self.stale_demand_s:
+            self._withheld[key] = (
+                f"no demand read for {now_s - last_s:.0f}s (limit {self.stale_demand_s:g}s): "
+                "no forecast until it is read again"
+            )
+            return None
         result = self._fitter.forecast(
             key, self.model_horizon_s(key, horizon_s=horizon_s, now_s=now_s)
         )
@@ -280,4 +315,5 @@ class DemandForecasts:
             backfill_error=self._backfill_errors.get(key),
             fits_completed=self._fitter.fits_completed(key),
             last_fit_error=self._fitter.last_fit_error(key),
+            withheld=self._withheld.get(key),
         )

@@ -269,6 +269,31 @@ def test_forecast_horizon_counts_from_now_not_from_the_last_closed_window() -> N
     assert found.point == pytest.approx(1000.0)
 
 
+def test_no_forecast_from_demand_unread_for_over_an_hour_unless_at_zero() -> None:
+    """A demand query broken by a server upgrade leaves every window missing; the model
+    kept forecasting from the last readings (persistence from days-old values) with nothing
+    to say so, and the floor and the balloons followed them."""
+    key = ComponentKey("serving", "llm")
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        forecasts = DemandForecasts(executor=pool, step_s=300.0)
+        for minute in range(1, 13):
+            forecasts.record(key, now_s=60.0 * minute, demand=1000.0)
+        for minute in range(13, 13 + 61):
+            forecasts.record(key, now_s=60.0 * minute, demand=None)
+        now_s = 60.0 * 72  # the last reading, at minute 12, is exactly an hour old
+        assert forecasts.forecast(key, horizon_s=300.0, now_s=now_s) is not None
+        assert forecasts.status(key).withheld is None
+        now_s += 60.0
+        assert forecasts.forecast(key, horizon_s=300.0, now_s=now_s) is None
+        assert "no demand read for 3660s" in (forecasts.status(key).withheld or "")
+        # at zero gangs nothing can be read: the forecast is what brings the component back
+        found = forecasts.forecast(key, horizon_s=300.0, now_s=now_s, at_zero=True)
+        assert found is not None and found.point == pytest.approx(1000.0)
+        forecasts.record(key, now_s=now_s + 60.0, demand=900.0)
+        assert forecasts.forecast(key, horizon_s=300.0, now_s=now_s + 60.0) is not None
+        assert forecasts.status(key).withheld is None
+
+
 def test_stopping_the_fit_pool_ends_a_fit_in_progress() -> None:
     executor = fit_executor()
     fitting = executor.submit(time.sleep, 60)  # a fit far longer than any real one
