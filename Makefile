@@ -3,7 +3,8 @@
 # Debian's own python3 is "externally managed" (PEP 668) and pip refuses to install into it;
 # with such an interpreter every target uses a virtual environment in .venv instead.
 BASE_PYTHON ?= python3
-MANAGED := $(shell $(BASE_PYTHON) -c 'import os, sysconfig; print(os.path.isfile(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED")))' 2>/dev/null)
+# (A virtual environment is exempt, PEP 668 says, even when made from such an interpreter.)
+MANAGED := $(shell $(BASE_PYTHON) -c 'import os, sys, sysconfig; print(sys.prefix == sys.base_prefix and os.path.isfile(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED")))' 2>/dev/null)
 ifeq ($(MANAGED),True)
 PYTHON ?= .venv/bin/python
 VENV := .venv/bin/python

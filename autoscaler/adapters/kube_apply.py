@@ -25,6 +25,7 @@ from typing import Any
 
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
+from pydantic import TypeAdapter, ValidationError
 
 from autoscaler.adapters.balloons import (
     BalloonPlan,
@@ -464,4 +465,7 @@ def _dry_run_annotated(found: DiscoveredComponent) -> bool:
     if found.policy is not None:
         return found.policy.dry_run
     raw = annotations_of(found.lws).get(PREFIX + "dry-run")
-    return isinstance(raw, str) and raw.strip().lower() == "true"
+    try:  # read as the policy reads it: "true", "yes", "on", "1"...
+        return isinstance(raw, str) and TypeAdapter(bool).validate_python(raw.strip())
+    except ValidationError:
+        return False

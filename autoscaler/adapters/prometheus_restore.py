@@ -48,6 +48,8 @@ LEARNED_CAPACITY_REPORTED_METRIC = "gang_autoscaler_learned_capacity_reported_ti
 VALUES_QUERY = "learned_capacity[restore]"
 WRITTEN_QUERY = "learned_capacity_written[restore]"
 WINDOWS_S: tuple[float, ...] = (3_600.0, 86_400.0)
+# How Prometheus turns down a query too heavy for it, after answering lighter ones.
+TOO_HEAVY_KINDS = frozenset({"http_4xx", "timeout"})
 
 
 def demand_fingerprint(query: str) -> str:
@@ -161,11 +163,12 @@ def restore_learned_capacity(
         try:
             found.update(_lookup(http, wanted=missing, window_s=window_s))
         except PrometheusUnavailable as err:
-            if attempt == 0:
-                raise
-            # Prometheus answered the narrower lookups: the wider one is too heavy for it
-            # (a week of a large fleet passes `--query.max-samples`). Raising would have the
-            # caller ask again every minute, for good; what was found stands.
+            if attempt == 0 or err.kind not in TOO_HEAVY_KINDS:
+                raise  # Prometheus unreachable or failing: the caller asks again later
+            # Prometheus answered the narrower lookups and refused this one (a 422 for
+            # `--query.max-samples`) or ran out of time on it: a week of a large fleet is
+            # too heavy. Raising would have the caller ask again every minute, for good;
+            # what was found stands.
             log.warning(
                 "learned capacity: the %gs lookup failed (%s); %d of %d components found",
                 window_s,

@@ -64,6 +64,7 @@ class ComponentTarget:
     component: Component
     ready_group_indexes: frozenset[int]
     deployment: str | None = None  # its deployment's name, for the `wake` query
+    at_zero: bool = False  # no gang asked for: the only case the `wake` query is read for
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,7 +312,7 @@ class PrometheusSource:
         configured or has no finite row for it (a gateway with nothing queued often exports
         nothing: not an error), and with a reason when the query failed or is ambiguous."""
         outcome = outcomes.get("wake")
-        if outcome is None or target.deployment is None:
+        if outcome is None or target.deployment is None or not target.at_zero:
             return None
         if outcome.error is not None:
             reasons["wake_requests"] = outcome.error

@@ -242,11 +242,11 @@ def check_documents(
             findings.append(Finding(source, subject, "metadata.annotations", "must be a mapping"))
             continue
         if not is_enabled(annotations):
-            # Policy annotations without `enabled` look like a forgotten opt-in; an explicit
-            # "false" is a deployment parked on purpose (docs/operators.md), not a problem.
-            if PREFIX + "enabled" not in annotations and any(
-                str(k).startswith(PREFIX) for k in annotations
-            ):
+            # Policy annotations without `enabled: "true"` look like a forgotten or mistyped
+            # opt-in ("yes", "ture"); an explicit "false" is a deployment parked on purpose
+            # (docs/operators.md), not a problem.
+            parked = str(annotations.get(PREFIX + "enabled", "")).strip().lower() == "false"
+            if not parked and any(str(k).startswith(PREFIX) for k in annotations):
                 findings.append(
                     Finding(
                         source,

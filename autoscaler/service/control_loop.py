@@ -301,6 +301,7 @@ class ControlLoop:
                 component=kinds[key],
                 ready_group_indexes=frozenset(comp.leader_pods.values()),
                 deployment=comp.discovered.deployment.name if comp.discovered.deployment else None,
+                at_zero=comp.discovered.spec_gangs == 0,
             )
             for key, comp in state.components.items()
             if comp.observation is not None and key in kinds
@@ -500,6 +501,7 @@ class ControlLoop:
         """`observed=False`: the snapshot is not trusted, so what it says of gangs (ready,
         partial, balloon) is left out of the gauges rather than exported as current."""
         gone = set(self._reported) - set(gang_plan.components)
+        left: list[ComponentLabels] = []  # labels no component of this tick reports under
         for key in set(self._last_logged) - set(gang_plan.components):
             del self._last_logged[key]  # on every role: a standby reports nothing, but logs
         for key in sorted(gang_plan.components):
@@ -565,22 +567,15 @@ class ControlLoop:
                 )
             previous = self._reported.get(key)
             if previous is not None and previous != labels:
-                self._metrics.forget_component(previous)  # its deployment or kind changed
-                self._forget_counters_unless_in_use(previous, by=labels)
+                left.append(previous)  # its deployment or kind changed
             self._reported[key] = labels
         # Components that are gone (deleted, opted out) leave the dashboards.
-        for key in gone:
-            labels = self._reported.pop(key)
-            self._metrics.forget_component(labels)
-            self._forget_counters_unless_in_use(labels)
-
-    def _forget_counters_unless_in_use(
-        self, labels: ComponentLabels, *, by: ComponentLabels | None = None
-    ) -> None:
-        # Two LWS can share a component's labels (a DisaggregatedSet rollout's old and new
-        # role LWS): the counters go only when no component reported this tick has them.
-        if labels != by and labels not in self._reported.values():
-            self._metrics.forget_component_counters(labels)
+        left.extend(self._reported.pop(key) for key in gone)
+        # Two LWS can report under one (namespace, deployment, component) (a DisaggregatedSet
+        # rollout's old and new role LWS): their shared series stay while one of them does.
+        in_use = {labels.values() for labels in self._reported.values()}
+        for labels in left:
+            self._metrics.forget_component(labels, series_shared=labels.values() in in_use)
 
     def _log_decision(
         self,

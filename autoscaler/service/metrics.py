@@ -296,11 +296,16 @@ class ServiceMetrics:
             direction = "up" if to_gangs > from_gangs else "down"
             self.scale_writes.labels(*labels.values(), direction).inc()
 
-    def forget_component(self, labels: ComponentLabels) -> None:
-        """Drop the gauges of a component that is gone (or that this standby does not own).
-        Counters stay: their history is what `increase()` reads."""
+    def forget_component(self, labels: ComponentLabels, *, series_shared: bool = False) -> None:
+        """Drop the series of a component that is gone (or that this standby does not own).
+        With `series_shared`, another LWS reports under the same (namespace, deployment,
+        component) labels (a DisaggregatedSet rollout's old and new role LWS): only what
+        names this LWS goes. Samples already scraped stay in Prometheus for `increase()`."""
         _remove(self.component_info, (*labels.values(), labels.lws))
         self._forget_learned(labels)
+        if series_shared:
+            return
+        self.forget_component_counters(labels)
         for gauge in (
             self.current_gangs,
             self.desired_gangs,

@@ -169,11 +169,16 @@ def _header_pairs(value: Any) -> Any:
         pairs = {}
         for item in value:
             name, sep, header_value = str(item).partition("=")
+            named, colon, _ = str(item).partition(":")
+            if colon and (not sep or ":" in name):
+                # curl's "Name: value" (perhaps with a base64 '=' in the value): never echoed
+                # whole, the value is the credential
+                raise ValueError(
+                    f"expected NAME=VALUE, got 'NAME: VALUE' ({named.strip()!r}: write "
+                    f"{named.strip()}=VALUE)"
+                )
             if not sep:
-                # never echoed whole: "Authorization: Bearer ..." carries the credential
-                named, colon, _ = str(item).partition(":")
-                hint = f" ({named.strip()!r}: write {named.strip()}=VALUE)" if colon else ""
-                raise ValueError(f"expected NAME=VALUE, got a header without '='{hint}")
+                raise ValueError("expected NAME=VALUE, got a header without '='")
             pairs[name.strip()] = header_value.strip()
         return pairs
     return value
@@ -186,7 +191,13 @@ _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 def _valid_headers(value: dict[str, str]) -> dict[str, str]:
     bad = [name for name in value if not _HEADER_NAME.match(name)]
     if bad:
-        raise ValueError(f"not HTTP header names: {', '.join(map(repr, bad))}")
+        # shown up to the first character a name cannot have: a value pasted into the
+        # name ("Authorization Bearer ...") is not echoed
+        shown = [re.split(r"[^!#$%&'*+.^_`|~0-9A-Za-z-]", name, maxsplit=1)[0] for name in bad]
+        raise ValueError(
+            f"not HTTP header names: {', '.join(repr(n + '...') for n in shown)} (a name is "
+            "letters, digits and -; the value goes after =)"
+        )
     # Header names are case-insensitive (RFC 9110 section 5.1): two spellings of one name in
     # one source would go out as one header with either value (requests keeps the last).
     spellings: dict[str, list[str]] = {}

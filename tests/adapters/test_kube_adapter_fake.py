@@ -649,12 +649,15 @@ async def test_a_rejected_annotation_makes_one_warning_event_and_no_scale_change
     assert warning["lastTimestamp"] >= warning["firstTimestamp"]
 
 
-async def test_an_lws_marked_dry_run_gets_no_event_even_with_a_bad_annotation(kube, adapter):
+@pytest.mark.parametrize("marked", ["true", "yes"])  # spelled as the policy reads it
+async def test_an_lws_marked_dry_run_gets_no_event_even_with_a_bad_annotation(
+    kube, adapter, marked
+):
     """`gang-autoscaler.io/dry-run: "true"` means no write to that LWS, Events included; an
     LWS held for a bad annotation still got InvalidPolicy Warnings."""
     add_gpu_nodes(kube, 4)
     add_pd(kube, extra={"gang-autoscaler.io/max-replicas": "many",
-                        "gang-autoscaler.io/dry-run": "true"})  # fmt: skip
+                        "gang-autoscaler.io/dry-run": marked})  # fmt: skip
     await settle(adapter, kube)
     state = adapter.snapshot(now_s=time.time())
     signals = {k: Signals(waiting_requests=40.0) for k in (PREFILL, DECODE)}

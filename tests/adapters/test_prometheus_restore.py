@@ -247,3 +247,24 @@ async def test_a_wider_lookup_too_heavy_for_prometheus_returns_what_was_found() 
         # the hour and the day (two queries each), then the week's first, which failed
         assert len(answered) == 5 and answered[-1].endswith("[604800s])")
         source.close()
+
+
+async def test_a_wider_lookup_that_meets_an_outage_is_asked_again() -> None:
+    """Prometheus restarting between the day's lookup and the week's: raised, so the caller
+    asks again a minute later, where a heavy-query refusal ends the lookup."""
+    from aiohttp import web
+
+    from tests.service.test_service_parts import fake_prometheus
+
+    async def prometheus(request: web.Request) -> web.Response:
+        query = (await request.post()).get("query") or request.query.get("query", "")
+        if "[86400s]" in str(query):
+            return web.Response(status=503, text="Service Unavailable")
+        return web.json_response({"status": "success", "data": {"resultType": "vector",
+                                                                 "result": []}})  # fmt: skip
+
+    async with fake_prometheus(prometheus) as url:
+        source = PrometheusSource(url=url, timeout_s=2.0)
+        with pytest.raises(PrometheusUnavailable):
+            await source.restore_learned_capacity(wanted=WANTED, lookback_s=7 * DAY_S)
+        source.close()

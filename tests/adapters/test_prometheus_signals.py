@@ -206,14 +206,18 @@ def test_the_wake_query_maps_by_deployment_and_a_missing_row_is_no_request() -> 
     )  # fmt: skip
     src = source()
     for deployment, expected in (("llama", 3.0), ("other", None), ("absent", None)):
-        found = replace(target(set()), deployment=deployment)
+        found = replace(target(set()), deployment=deployment, at_zero=True)
         signals = src.signals_for(found, outcomes(wake=wake))
         assert signals.wake_requests == expected
         assert "wake_requests" not in signals.missing_reasons
-    failed = src.signals_for(
-        replace(target(set()), deployment="llama"), outcomes(wake=QueryOutcome(error="timeout"))
-    )
+    at_zero = replace(target(set()), deployment="llama", at_zero=True)
+    failed = src.signals_for(at_zero, outcomes(wake=QueryOutcome(error="timeout")))
     assert failed.wake_requests is None and failed.missing_reasons["wake_requests"] == "timeout"
+    # a component with gangs never reads it, nor reports its errors
+    running = replace(at_zero, at_zero=False)
+    assert src.signals_for(running, outcomes(wake=wake)).wake_requests is None
+    quiet = src.signals_for(running, outcomes(wake=QueryOutcome(error="timeout")))
+    assert "wake_requests" not in quiet.missing_reasons
 
 
 def test_query_set_is_fixed() -> None:

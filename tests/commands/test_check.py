@@ -411,6 +411,8 @@ def test_the_lws_of_a_disaggregated_set_role_defaults_its_deployment_to_the_set(
     ("enabled", "expected_exit"),
     [
         pytest.param({}, 1, id="policy-without-enabled-is-a-forgotten-opt-in"),
+        pytest.param({PREFIX + "enabled": "yes"}, 1, id="enabled-yes-is-a-mistyped-opt-in"),
+        pytest.param({PREFIX + "enabled": "ture"}, 1, id="enabled-ture-is-a-mistyped-opt-in"),
         pytest.param({PREFIX + "enabled": "false"}, 0, id="enabled-false-is-parked-on-purpose"),
     ],
 )

@@ -99,19 +99,25 @@ def test_learned_capacity_names_what_it_is_valid_for_and_when_it_was_reported() 
     assert not [name for name, _ in _samples(metrics) if "learned" in name]
 
 
-def test_forget_component_drops_gauges_and_keeps_counters() -> None:
+def test_forget_component_drops_its_series_and_keeps_what_another_lws_shares() -> None:
     metrics = ServiceMetrics()
     _observe(metrics)
     metrics.observe_learned_capacity(
         DECODE, identity=CapacityIdentity(lws_uid="u", template="t", demand_query="q"), value=480.0
     )
     metrics.count_decision(DECODE, reason="scale_up_waiting")
-    metrics.forget_component(DECODE)
+    # the old role LWS of a DisaggregatedSet rollout goes; the new one reports the same
+    # (namespace, deployment, component): only what names the old LWS goes
+    metrics.forget_component(DECODE, series_shared=True)
     samples = _samples(metrics)
-    assert not [name for name, _ in samples if name.endswith("_gangs")]
-    assert not [name for name, _ in samples if "per_gang" in name or "learned" in name]
+    assert not [name for name, _ in samples if "learned" in name or name.endswith("_info")]
     decision = LABELS | {("reason", "scale_up_waiting")}
     assert samples[("gang_autoscaler_decisions_total", decision)] == 1
+    assert [name for name, _ in samples if name.endswith("_gangs")]
+    # gone for good: nothing of it stays
+    metrics.forget_component(DECODE)
+    samples = _samples(metrics)
+    assert not [name for name, labels in samples if ("component", "decode") in labels]
 
 
 def test_forgetting_a_components_counters_leaves_the_others() -> None:
