@@ -349,7 +349,7 @@ class ControlLoop:
                     key,
                     horizon_s=policies[key].lead_time_s,
                     now_s=now_s,
-                    at_zero=state.components[key].discovered.spec_gangs == 0,
+                    at_zero=target.at_zero,
                 )
             except Exception as err:  # one forecaster's failure leaves one component without
                 self._metrics.count_error("forecast")
