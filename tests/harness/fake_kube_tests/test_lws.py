@@ -256,6 +256,37 @@ async def test_deleting_the_lws_garbage_collects_its_pods(
     assert [p.metadata.name for p in remaining.items] == ["keep"]
 
 
+@pytest.mark.parametrize(
+    ("ref", "collected"),
+    [
+        pytest.param({"name": "other"}, True, id="right-uid-wrong-name"),
+        pytest.param({"kind": "Pod", "apiVersion": "v1"}, True, id="wrong-kind"),
+        pytest.param({"kind": "Widget", "apiVersion": "example.com/v1"}, False,
+                     id="unserved-kind-never-collected"),
+    ],
+)  # fmt: skip
+async def test_an_owner_reference_must_match_its_owner_not_only_its_uid(
+    kube: FakeKube,
+    custom: client.CustomObjectsApi,
+    core: client.CoreV1Api,
+    ref: dict[str, str],
+    collected: bool,
+) -> None:
+    """The real collector resolves the owner by group, kind and name and compares the uid:
+    a balloon whose reference had the LWS's uid but a wrong name or kind survived here and
+    would be deleted at once in a cluster."""
+    lws = await create_lws(custom, lws_manifest("p", replicas=1, size=2, gpus=0))
+    owner = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "LeaderWorkerSet", "name": "p",
+             "uid": lws["metadata"]["uid"], **ref}  # fmt: skip
+    dependent = {
+        "metadata": {"name": "dependent", "ownerReferences": [owner]},
+        "spec": {"containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.9"}]},
+    }
+    await core.create_namespaced_pod("default", dependent)
+    names = [p.metadata.name for p in (await core.list_namespaced_pod("default")).items]
+    assert ("dependent" not in names) is collected
+
+
 async def test_orphan_propagation_keeps_dependents(
     kube: FakeKube, custom: client.CustomObjectsApi, core: client.CoreV1Api
 ) -> None:
