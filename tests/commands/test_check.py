@@ -378,32 +378,34 @@ def test_external_disaggregated_set_roles_are_checked_as_the_lws_they_become(tmp
     )
 
 
-def test_the_lws_of_a_disaggregated_set_role_is_checked_in_the_set(tmp_path, capsys):
-    # `kubectl get lws -o yaml` of an External role: the set's to say, not the LWS's
-    path = manifest(tmp_path, *pd())
+def _owned_by_the_set(path: Path, name: str = "chat") -> Path:
+    """The LWS in `path` as a DisaggregatedSet's role LWS (`kubectl get lws -o yaml`)."""
     docs = list(yaml.safe_load_all(path.read_text()))
     for doc in docs:
         doc["metadata"]["ownerReferences"] = [
             {"apiVersion": "disaggregatedset.x-k8s.io/v1", "kind": "DisaggregatedSet",
-             "name": "chat", "uid": "u1", "controller": True},
+             "name": name, "uid": "u1", "controller": True},
         ]  # fmt: skip
     path.write_text(yaml.safe_dump_all(docs))
+    return path
+
+
+def test_the_lws_of_a_disaggregated_set_role_is_checked_in_the_set(tmp_path, capsys):
+    # `kubectl get lws -o yaml` of an External role: the set's to say, not the LWS's
+    path = _owned_by_the_set(manifest(tmp_path, *pd()))
     assert main(["check", str(path)]) == 0, capsys.readouterr().out
 
 
 def test_the_lws_of_a_disaggregated_set_role_defaults_its_deployment_to_the_set(tmp_path, capsys):
     # Without a `deployment` annotation the service groups a set's role LWS by the set's
     # name; grouping them by their own names found "no decode component" for each.
-    base = {PREFIX + "component": "prefill"}
-    path = manifest(tmp_path, ("chat-prefill-abc12", base),
-                    ("chat-decode-abc12", {PREFIX + "component": "decode"}))  # fmt: skip
-    docs = list(yaml.safe_load_all(path.read_text()))
-    for doc in docs:
-        doc["metadata"]["ownerReferences"] = [
-            {"apiVersion": "disaggregatedset.x-k8s.io/v1", "kind": "DisaggregatedSet",
-             "name": "chat", "uid": "u1", "controller": True},
-        ]  # fmt: skip
-    path.write_text(yaml.safe_dump_all(docs))
+    path = _owned_by_the_set(
+        manifest(
+            tmp_path,
+            ("chat-prefill-abc12", {PREFIX + "component": "prefill"}),
+            ("chat-decode-abc12", {PREFIX + "component": "decode"}),
+        )
+    )
     assert main(["check", str(path)]) == 0, capsys.readouterr().out
 
 
