@@ -218,8 +218,23 @@ async def test_a_component_whose_kind_changes_forgets_its_capacity(
         await wait_until(lambda: _learned(capacity), timeout_s=20, what="a decode capacity")
         learned = await capacity()
         assert learned is not None and learned < 1000  # generated tokens/s, not prompt
-        # Stop it learning again, so only forgetting can clear it.
+        # Stop it learning again, so only forgetting can clear it: Prometheus must show the
+        # light load before the flip, or a tick may learn the prompt-token capacity at once.
         live.exporter.set_lws(namespace=ns, lws=PREFILL, kv_usage_fraction=0.3)
+        kv_query = TEST_QUERIES.instant_queries()["kv_cache"]
+
+        async def light() -> bool:
+            rows = await asyncio.to_thread(live.prometheus.query, kv_query)
+            ours = [
+                float(row["value"][1])  # type: ignore[index]
+                for row in rows
+                if row["metric"]["namespace"] == ns  # type: ignore[index]
+                and str(row["metric"]["pod"]).startswith(PREFILL)  # type: ignore[index]
+            ]
+            return bool(ours) and max(ours) <= 0.3
+
+        await wait_until(light, timeout_s=15, what="Prometheus to see the light load")
+        await asyncio.sleep(1.0)  # a tick that read the old load has planned by now
         for name, kind in ((PREFILL, "prefill"), (DECODE, "decode")):
             kube.patch(
                 kube.resource("leaderworkersets"),
