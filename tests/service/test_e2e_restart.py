@@ -32,6 +32,24 @@ NS = "restart"
 PREFILL_LABELS = {"namespace": NS, "deployment": "llama", "component": "prefill"}
 
 
+async def wait_for_light_prefill(live: Live, namespace: str) -> None:
+    """Until Prometheus shows every prefill leader of `namespace` at a KV cache of 0.3 or
+    less: too light to learn a capacity from."""
+    kv_query = TEST_QUERIES.instant_queries()["kv_cache"]
+
+    async def light() -> bool:
+        rows = await asyncio.to_thread(live.prometheus.query, kv_query)
+        ours = [
+            float(row["value"][1])  # type: ignore[index]
+            for row in rows
+            if row["metric"]["namespace"] == namespace  # type: ignore[index]
+            and str(row["metric"]["pod"]).startswith(PREFILL)  # type: ignore[index]
+        ]
+        return bool(ours) and max(ours) <= 0.3
+
+    await wait_until(light, timeout_s=15, what="Prometheus to see the light load")
+
+
 async def prefill_capacity(running: Running) -> float | None:
     _, body = await running.get("/decisions")
     plan = body["components"].get(f"{NS}/{PREFILL}", {}).get("plan")
@@ -84,19 +102,7 @@ async def test_a_restart_restores_the_learned_capacity(
         # Far below the target: nothing can be learned now, only restored.
         live.exporter.set_lws(namespace=NS, lws=PREFILL, kv_usage_fraction=0.3)
         await asyncio.to_thread(live.prometheus.set_targets, vllm_targets)
-        kv_query = TEST_QUERIES.instant_queries()["kv_cache"]
-
-        async def light() -> bool:
-            rows = await asyncio.to_thread(live.prometheus.query, kv_query)
-            ours = [
-                float(row["value"][1])  # type: ignore[index]
-                for row in rows
-                if row["metric"]["namespace"] == NS  # type: ignore[index]
-                and str(row["metric"]["pod"]).startswith(PREFILL)  # type: ignore[index]
-            ]
-            return bool(ours) and max(ours) <= 0.3
-
-        await wait_until(light, timeout_s=15, what="Prometheus to see the light load")
+        await wait_for_light_prefill(live, NS)
         second = await start_service(kube, settings_for(live.prometheus.url))
         await wait_until(
             lambda: second is not None and second.service.loop.ticks >= 2,
@@ -221,19 +227,7 @@ async def test_a_component_whose_kind_changes_forgets_its_capacity(
         # Stop it learning again, so only forgetting can clear it: Prometheus must show the
         # light load before the flip, or a tick may learn the prompt-token capacity at once.
         live.exporter.set_lws(namespace=ns, lws=PREFILL, kv_usage_fraction=0.3)
-        kv_query = TEST_QUERIES.instant_queries()["kv_cache"]
-
-        async def light() -> bool:
-            rows = await asyncio.to_thread(live.prometheus.query, kv_query)
-            ours = [
-                float(row["value"][1])  # type: ignore[index]
-                for row in rows
-                if row["metric"]["namespace"] == ns  # type: ignore[index]
-                and str(row["metric"]["pod"]).startswith(PREFILL)  # type: ignore[index]
-            ]
-            return bool(ours) and max(ours) <= 0.3
-
-        await wait_until(light, timeout_s=15, what="Prometheus to see the light load")
+        await wait_for_light_prefill(live, ns)
         await asyncio.sleep(1.0)  # a tick that read the old load has planned by now
         for name, kind in ((PREFILL, "prefill"), (DECODE, "decode")):
             kube.patch(
