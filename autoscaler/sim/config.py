@@ -69,12 +69,17 @@ class ServingSettings(_Settings):
     max_sequences_per_pod: int = Field(
         default=256, gt=0, description="concurrent decode sequences per pod (vLLM max_num_seqs)"
     )
-    prefill_usage_window_s: float = Field(
-        default=5.0,
+    kv_cache_tokens_per_pod: float = Field(
+        default=1_270_000.0,
         gt=0,
-        description="window over which a prefill gang's KV usage is read as the share of its "
-        "capacity used (a gauge of the prompts in flight); fixed, so the signal does not "
-        "change with the step size",
+        description="prompt and generated tokens whose KV cache one 8-GPU pod holds, 70B-class "
+        "model (vllm:kv_cache_usage_perc is the share of it in use)",
+    )
+    prefill_batch_tokens: int = Field(
+        default=8192,
+        gt=0,
+        description="prompt tokens one prefill engine schedules per iteration (vLLM "
+        "max_num_batched_tokens): the prompts whose KV blocks are allocated while they run",
     )
     unified_decode_interference: float = Field(
         default=0.5,
@@ -90,6 +95,9 @@ class ServingSettings(_Settings):
     def decode_tokens_per_s(self, pods_per_gang: int) -> float:
         return self.decode_tokens_per_s_per_pod * pods_per_gang
 
+    def kv_cache_tokens(self, pods_per_gang: int) -> float:
+        return self.kv_cache_tokens_per_pod * pods_per_gang
+
     def max_sequences(self, pods_per_gang: int) -> int:
         return self.max_sequences_per_pod * pods_per_gang
 
@@ -104,9 +112,20 @@ class GangPolicySettings(_Settings):
     prefill: dict[str, str] = Field(default_factory=dict)
     decode: dict[str, str] = Field(default_factory=dict)
     unified: dict[str, str] = Field(default_factory=dict)
-    # capacity-per-replica defaults to this share of a gang's measured capacity
-    target_utilization: float = Field(
-        default=0.8, gt=0, le=1, description="capacity-per-replica as a share of a gang's"
+    # capacity-per-replica defaults to these shares of a gang's measured capacity
+    prefill_target_utilization: float = Field(
+        default=0.65,
+        gt=0,
+        le=1,
+        description="capacity-per-replica of prefill and unified gangs as a share of what one "
+        "serves saturated: headroom for the bursts within a minute that the minute's mean "
+        "rate does not show, since a prompt burst queues in front of every first token",
+    )
+    decode_target_utilization: float = Field(
+        default=0.8,
+        gt=0,
+        le=1,
+        description="capacity-per-replica of decode gangs as a share of what one serves saturated",
     )
     forecast_refit_s: float = Field(default=3600.0, gt=0, description="forecaster refit cadence")
     forecast_refit_long_s: float = Field(

@@ -138,11 +138,12 @@ def _signals(name: str, view: ServingView | None, ready: int, demand: float) -> 
         return Signals(missing_reasons=reasons)
     slots_used = view.decode_running / view.decode_slots if view.decode_slots > 0 else 1.0
     if name == "prefill":
-        # a prefill gang's KV cache holds the prompts in flight: it fills as it saturates
+        # a prefill gang's KV cache holds only the prompts it is running and those waiting
+        # for a decode slot: far below the target unless decode backs up
         return Signals(
             waiting_requests=view.prefill_waiting,
             running_requests=view.prefill_running,
-            kv_usage_fraction=min(view.prefill_utilization, 1.0),
+            kv_usage_fraction=view.prefill_kv_usage,
             demand=demand,
         )
     if name == "decode":

@@ -147,7 +147,8 @@ def target_waiting(workload: Workload, settings: SimSettings) -> dict[str, float
 
 def gang_capacity(workload: Workload, settings: SimSettings) -> dict[str, float]:
     """The `capacity-per-replica` an operator would measure, per component: the share
-    `gang.target_utilization` of what one gang serves when saturated with this trace's
+    `gang.prefill_target_utilization` (prefill, unified) or `gang.decode_target_utilization`
+    (decode) of what one gang serves when saturated with this trace's
     requests, in the unit of the component's demand signal (prompt tokens/s for prefill and
     unified, generated tokens/s for decode).
 
@@ -159,10 +160,11 @@ def gang_capacity(workload: Workload, settings: SimSettings) -> dict[str, float]
     prefill_tokens_per_s * (1 - interference * u) prompt tokens/s.
     """
     serving, pods = settings.serving, settings.cluster.pods_per_gang
-    share = settings.gang.target_utilization
+    share = settings.gang.prefill_target_utilization
     prefill = serving.prefill_tokens_per_s(pods)
     if settings.mode != "unified":
-        return {"prefill": prefill * share, "decode": serving.decode_tokens_per_s(pods) * share}
+        decode = serving.decode_tokens_per_s(pods) * settings.gang.decode_target_utilization
+        return {"prefill": prefill * share, "decode": decode}
     slots = serving.max_sequences(pods)
     mean_prompt = float(workload.prompt_tokens().sum() / workload.total_requests)
     mean_output = float(workload.generated_tokens().sum() / workload.total_requests)

@@ -45,7 +45,7 @@ class ServingView:
 
     prefill_waiting: float
     prefill_running: float
-    prefill_utilization: float
+    prefill_kv_usage: float
     decode_waiting: float
     decode_running: float
     decode_slots: float
@@ -63,6 +63,8 @@ class Serving:
             serving.decode_tokens_per_s(cluster.pods_per_gang) / self.slots_per_gang
         )
         self.interference = serving.unified_decode_interference
+        self.batch_tokens = float(serving.prefill_batch_tokens)
+        self.kv_tokens_per_gang = serving.kv_cache_tokens(cluster.pods_per_gang)
         # cumulative prompt work and request counts, with a leading zero
         self.work0 = np.concatenate(([0.0], np.cumsum(workload.prompt_tokens())))
         self.count0 = np.concatenate(([0.0], np.cumsum(workload.requests)))
@@ -81,7 +83,6 @@ class Serving:
         self.rate_curve = np.zeros(n_steps)  # prefill capacity (tokens/s) during each step
         self.capacity_curve = np.zeros(n_steps + 1)  # cumulative prefill capacity C by each edge
         self.served_curve = np.zeros(n_steps + 1)  # prompt tokens served by each edge
-        self.usage_steps = max(round(serving.prefill_usage_window_s / self.dt), 1)
         self.admitted_curve = np.zeros(n_steps + 1)  # requests given a decode slot by each edge
         self.admit_now_curve = np.zeros(n_steps)  # admitted at each step's start (free slots)
         self.admit_rate_curve = np.zeros(n_steps)  # slot-limited admissions/s after that
@@ -137,20 +138,25 @@ class Serving:
         return ServingView(
             prefill_waiting=queued - running_prefill,
             prefill_running=running_prefill,
-            prefill_utilization=self._prefill_usage(k),
+            prefill_kv_usage=self._prefill_kv_usage(k, prefill_gangs),
             decode_waiting=max(prefilled - self._admitted, 0.0),
             decode_running=max(self._occupancy, 0.0),
             decode_slots=slots,
         )
 
-    def _prefill_usage(self, k: int) -> float:
-        """Share of the prefill capacity used over the usage window ending with step k (1
-        with no capacity: nothing is served)."""
-        first = max(k + 1 - self.usage_steps, 0)
-        capacity = self.capacity_curve[k + 1] - self.capacity_curve[first]
+    def _prefill_kv_usage(self, k: int, gangs: int) -> float:
+        """What `vllm:kv_cache_usage_perc` reads on the prefill gangs after step k: the share
+        of their KV cache held by the prompts in the running batch (at most one batch of
+        `prefill_batch_tokens` per gang; queued prompts hold no blocks yet) and by the prompts
+        already prefilled whose KV cache waits for a decode slot to take it (1 with no gang)."""
+        capacity = gangs * self.kv_tokens_per_gang
         if capacity <= 0:
             return 1.0
-        return float((self.served_curve[k + 1] - self.served_curve[first]) / capacity)
+        queued = max(float(self.work0[self.arrived_idx[k + 1]]) - self._served, 0.0)
+        in_batch = min(queued, gangs * self.batch_tokens)
+        handed_off = float(np.interp(self._admitted, self.count0, self.work0))
+        awaiting_decode = max(self._served - handed_off, 0.0)
+        return min((in_batch + awaiting_decode) / capacity, 1.0)
 
     def _serve_prefill(self, k: int, capacity: float) -> float:
         """Prompt tokens served by the end of step k with `capacity` tokens in it: capacity

@@ -127,8 +127,8 @@ def test_gang_policy_drives_the_real_core() -> None:
 
 
 def test_gang_policy_plans_from_the_forecaster_it_is_given() -> None:
-    # a forecaster that always expects 1.6M prompt tokens/s: at the prefill capacity per
-    # gang (32,000 tokens/s) the forecast floor asks for 50 gangs, which the default
+    # a forecaster that always expects 1.3M prompt tokens/s: at the prefill capacity per
+    # gang (26,000 tokens/s) the forecast floor asks for 50 gangs, which the default
     # forecaster on this calm slice never does
     from autoscaler.sim.engine import simulate
     from forecasting.baselines import Persistence
@@ -137,7 +137,7 @@ def test_gang_policy_plans_from_the_forecaster_it_is_given() -> None:
 
     class Expects(Persistence):
         def forecast(self, horizon_s: float) -> ForecastResult:
-            return ForecastResult(point=1.6e6, upper=1.6e6, quantile=0.9, horizon_s=horizon_s)
+            return ForecastResult(point=1.3e6, upper=1.3e6, quantile=0.9, horizon_s=horizon_s)
 
     workload, _, settings = _azure_conv_slice(minutes=5)
     settings = with_quota(workload, settings)
