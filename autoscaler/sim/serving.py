@@ -125,8 +125,11 @@ class Serving:
             # what the free slot-time admits per second of these requests, beyond those
             # taking the slots free at the start
             first_steps = float(np.interp(self._admitted + admit, self.count0, self.first_step0))
-            per_request = (first_steps - used) / admit
-            self.admit_rate_curve[k] = max(free / per_request - now, 0.0) / self.dt
+            # a sliver of a request (rounding in the cumulative counts of fractional
+            # cohorts) takes no slot-time a float can show; it is booked at the step's start
+            if first_steps > used:
+                per_request = (first_steps - used) / admit
+                self.admit_rate_curve[k] = max(free / per_request - now, 0.0) / self.dt
             self._book_holds(k, self._admitted, self._admitted + admit)
             self._admitted += admit
         self._occupancy += self.occupancy_delta[k]
