@@ -151,10 +151,12 @@ class Serving:
         """What `vllm:kv_cache_usage_perc` reads on the prefill gangs after step k: the share
         of their KV cache held by the prompts in the running batch (at most one batch of
         `prefill_batch_tokens` per gang; queued prompts hold no blocks yet) and by the prompts
-        already prefilled whose KV cache waits for a decode slot to take it (1 with no gang)."""
+        already prefilled whose KV cache waits for a decode slot to take it. 0 with no gang:
+        the policy reads no signal then, and a gang that becomes ready before the next tick
+        starts empty."""
         capacity = gangs * self.kv_tokens_per_gang
         if capacity <= 0:
-            return 1.0
+            return 0.0
         queued = max(float(self.work0[self.arrived_idx[k + 1]]) - self._served, 0.0)
         in_batch = min(queued, gangs * self.batch_tokens)
         handed_off = float(np.interp(self._admitted, self.count0, self.work0))

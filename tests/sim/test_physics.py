@@ -126,30 +126,97 @@ def test_prefill_matches_a_request_by_request_fifo_queue() -> None:
 KV_TOKENS_PER_GANG = 2_540_000.0
 
 
-def test_prefill_kv_holds_one_batch_not_the_queue() -> None:
-    # 100 prompts of 2,000 tokens queued on one gang: vLLM allocates KV blocks only to the
-    # prompts it schedules, one batch of 8,192 tokens, so the gauge reads 8,192 / 2,540,000
-    # (0.32 %) however long the queue; with the queue empty and every prompt handed to a
-    # decode slot it reads 0.
-    settings = SimSettings(step_s=1.0, tick_s=1.0)
-    serving = Serving(burst(100, prompt_tokens=2_000), settings, n_steps=60)
-    views = [serving.step(k, prefill_gangs=1, decode_gangs=1) for k in range(6)]
-    assert [v.prefill_kv_usage for v in views[:4]] == pytest.approx(
-        [8_192 / KV_TOKENS_PER_GANG] * 4
+@pytest.mark.parametrize(
+    ("gangs", "step_s"), [(1, 1.0), (2, 1.0), (2, 5.0)], ids=["1-gang", "2-gangs", "5s-steps"]
+)
+def test_prefill_kv_holds_one_batch_per_gang_not_the_queue(gangs: int, step_s: float) -> None:
+    # 1,000 prompts of 2,000 tokens queued: vLLM allocates KV blocks only to the prompts it
+    # schedules, one batch of 8,192 tokens per gang, so the gauge reads 8,192 / 2,540,000
+    # (0.32 %) however long the queue, however many gangs and whatever the step; with the
+    # queue empty and every prompt handed to a decode slot it reads 0.
+    settings = SimSettings(step_s=step_s, tick_s=step_s)
+    serving = Serving(burst(1_000, prompt_tokens=2_000), settings, n_steps=60)
+    drained_s = 1_000 * 2_000 / (gangs * PREFILL_PER_GANG)  # 50 s on 1 gang, 25 s on 2
+    views = [
+        serving.step(k, prefill_gangs=gangs, decode_gangs=2) for k in range(round(60 / step_s))
+    ]
+    deep = [v.prefill_kv_usage for v in views[: round(drained_s / step_s) - 1]]
+    assert deep == pytest.approx([8_192 / KV_TOKENS_PER_GANG] * len(deep))
+    assert views[-1].prefill_kv_usage == pytest.approx(0.0)
+
+
+def _prompts(*groups: tuple[int, float], output_tokens: float) -> Workload:
+    """Single-request cohorts arriving at t=0 in order: `count` prompts of `tokens` per group."""
+    tokens = np.concatenate([np.full(count, size) for count, size in groups])
+    return Workload(
+        name="prompts",
+        arrival_s=np.zeros(tokens.size),
+        requests=np.ones(tokens.size),
+        input_tokens=tokens,
+        output_tokens=np.full(tokens.size, output_tokens),
+        duration_s=60.0,
     )
-    assert views[5].prefill_kv_usage == pytest.approx(0.0)
 
 
-def test_prefill_kv_holds_prompts_waiting_for_a_decode_slot() -> None:
-    # 600 prompts of 1,000 tokens on 2 prefill gangs and 1 decode gang of 512 slots, each
-    # sequence holding its slot for a minute: after 10 s every prompt is prefilled, 512 have
-    # a slot and 88 keep their KV cache on the prefill gangs until one frees:
-    # 88,000 tokens over 2 x 2,540,000.
+def test_prefill_kv_holds_the_prompts_waiting_for_a_decode_slot() -> None:
+    # 512 prompts of 1,000 tokens, then 88 of 3,000, on 2 prefill gangs (80,000 tokens/s:
+    # all 776,000 tokens prefilled by 9.7 s) and 1 decode gang of 512 slots, each sequence
+    # holding its slot for a minute: after 10 s the first 512 have the slots and the last 88
+    # keep their KV cache on the prefill gangs, 264,000 tokens over 2 x 2,540,000 (the
+    # trace's mean prompt would say 113,813).
     settings = SimSettings(step_s=5.0, tick_s=5.0)
-    serving = Serving(burst(600, prompt_tokens=1_000, output_tokens=2_812), settings, n_steps=20)
+    workload = _prompts((512, 1_000.0), (88, 3_000.0), output_tokens=2_812)
+    serving = Serving(workload, settings, n_steps=20)
     views = [serving.step(k, prefill_gangs=2, decode_gangs=1) for k in range(2)]
     assert views[1].decode_waiting == pytest.approx(88)
-    assert views[1].prefill_kv_usage == pytest.approx(88_000 / (2 * KV_TOKENS_PER_GANG))
+    assert views[1].prefill_kv_usage == pytest.approx(264_000 / (2 * KV_TOKENS_PER_GANG))
+
+
+def test_prefill_kv_fills_up_while_no_decode_gang_takes_the_prompts() -> None:
+    # 1,000 prompts of 3,000 tokens on one prefill gang and no decode gang: every prefilled
+    # prompt keeps its KV cache. After 30 s, 1,200,000 tokens are prefilled and a batch is
+    # running: (1,200,000 + 8,192) / 2,540,000. By 70 s 2,800,000 are, more than the cache
+    # holds: the gauge reads 1 (the stall that would follow is not modelled). With no prefill
+    # gang there is no cache to read: 0.
+    settings = SimSettings(step_s=5.0, tick_s=5.0)
+    serving = Serving(burst(1_000, prompt_tokens=3_000), settings, n_steps=20)
+    views = [serving.step(k, prefill_gangs=1, decode_gangs=0) for k in range(14)]
+    assert views[5].prefill_kv_usage == pytest.approx((1_200_000 + 8_192) / KV_TOKENS_PER_GANG)
+    assert views[13].prefill_kv_usage == 1.0
+    assert serving.step(14, prefill_gangs=0, decode_gangs=0).prefill_kv_usage == 0.0
+
+
+class _Record:
+    """Holds one prefill and one decode gang and keeps every snapshot it is shown."""
+
+    name = "recording"
+    gang_scheduling = True
+
+    def __init__(self) -> None:
+        self.snapshots: list[Snapshot] = []
+
+    def initial_gangs(self) -> dict[str, int]:
+        return {"prefill": 1, "decode": 1}
+
+    def decide(self, snapshot: Snapshot) -> dict[str, Action]:
+        self.snapshots.append(snapshot)
+        return {"prefill": Action(desired_gangs=1), "decode": Action(desired_gangs=1)}
+
+
+def test_the_policy_reads_the_prefill_kv_the_serving_model_reports() -> None:
+    # the same backlog as above, through the engine: at the 15 s tick the prefill component's
+    # KV signal is the prompts waiting for the decode gang's slots, and decode's is its slots
+    settings = SimSettings(step_s=5.0, tick_s=15.0)
+    workload = _prompts((512, 1_000.0), (88, 3_000.0), output_tokens=2_812)
+    recorder = _Record()
+    simulate(dataclasses.replace(workload, duration_s=30.0), recorder, settings)
+    tick = next(s for s in recorder.snapshots if s.now_s == 15.0)
+    # one prefill gang serves 40,000 tokens/s: all 776,000 prefilled by 19.4 s; at 15 s
+    # 600,000 are: 512 prompts hold the slots and 88,000 tokens of 3,000-token prompts wait
+    assert tick.components["prefill"].signals.kv_usage_fraction == pytest.approx(
+        (88_000 + 8_192) / KV_TOKENS_PER_GANG
+    )
+    assert tick.components["decode"].signals.kv_usage_fraction == pytest.approx(1.0)
 
 
 @pytest.mark.parametrize("seed", range(40))
