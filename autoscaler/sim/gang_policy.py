@@ -84,6 +84,11 @@ def default_annotations(
         # gang per tick. The second balloon gang (max-buffer's default 2) is what brings
         # builtin from 97.19 % to 99.07 % and the conversation hour from 98.10 % to 99.52 %.
         annotations["max-scale-up"] = "1"
+        # The queue, prefill's only fast signal, shows a burst once it is already late, and
+        # a gang released in a lull is back a lead time after the next burst: holding the
+        # peak for 20 minutes instead of 10 takes Mooncake from 95.91 % to 99.09 % and Azure
+        # code from 85.71 % to 91.58 % for 1-2.5 % more GPU-hours on the 14-day traces.
+        annotations["scale-down-window"] = "20m"
     annotations.update(getattr(settings.gang, component))
     return {PREFIX + k: v for k, v in annotations.items()}
 
