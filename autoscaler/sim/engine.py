@@ -136,7 +136,6 @@ def _signals(name: str, view: ServingView | None, ready: int, demand: float) -> 
             for s in ("waiting_requests", "running_requests", "kv_usage_fraction", "demand")
         }
         return Signals(missing_reasons=reasons)
-    slots_used = view.decode_running / view.decode_slots if view.decode_slots > 0 else 1.0
     if name == "prefill":
         # a prefill gang's KV cache holds only the prompts it is running and those waiting
         # for a decode slot: far below the target unless decode backs up
@@ -147,16 +146,18 @@ def _signals(name: str, view: ServingView | None, ready: int, demand: float) -> 
             demand=demand,
         )
     if name == "decode":
+        # the KV tokens of the running sequences: well below the target while the slot
+        # limit binds first (short prompts), at it when long prompts fill the cache first
         return Signals(
             waiting_requests=view.decode_waiting,
             running_requests=view.decode_running,
-            kv_usage_fraction=min(slots_used, 1.0),
+            kv_usage_fraction=view.decode_kv_usage,
             demand=demand,
         )
     return Signals(
         waiting_requests=view.prefill_waiting + view.decode_waiting,
         running_requests=view.decode_running + view.prefill_running,
-        kv_usage_fraction=min(slots_used, 1.0),
+        kv_usage_fraction=view.decode_kv_usage,
         demand=demand,
     )
 

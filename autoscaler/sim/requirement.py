@@ -16,9 +16,9 @@ longer ones to `max_window_s` on a 1 s grid, and up to `long_window_s` every 30 
 first arrival to its last bin's last, so arrivals at one instant (the per-second cohorts
 of the aggregated traces) are checked exactly.
 
-Decode: enough slots for the sequences that would be running (in slot-time, averaged over
-each step) if every request got a slot on arrival. Unified: both on the same gangs, with the
-decode batch taking its share of prefill capacity.
+Decode: enough slots, and KV cache, for the sequences that would be running (in slot-time,
+averaged over each step) if every request got a slot on arrival. Unified: both on the same
+gangs, with the decode batch taking its share of prefill capacity.
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ def required_gangs(
     prefill_per_gang = serving.prefill_tokens_per_s(pods)
     slots_per_gang = serving.max_sequences(pods)
     seq_rate = serving.decode_tokens_per_s(pods) / slots_per_gang
+    kv_per_gang = serving.kv_cache_tokens(pods)
 
     own_s = workload.input_tokens / prefill_per_gang
     order = np.argsort(own_s)
@@ -82,17 +83,23 @@ def required_gangs(
     delta = np.zeros(n_steps + int(np.ceil(held.max())) + 3)
     book_occupancy(delta, start=start, sequences=workload.requests, held_steps=held)
     running = np.maximum(np.cumsum(delta)[:n_steps], 0.0)
+    # and room for their KV cache: a prompt and half its output each, over the hold
+    kv_delta = np.zeros(delta.size)
+    kv_each = workload.input_tokens + workload.output_tokens / 2
+    book_occupancy(kv_delta, start=start, sequences=workload.requests * kv_each, held_steps=held)
+    kv_tokens = np.maximum(np.cumsum(kv_delta)[:n_steps], 0.0)
+    decode_gangs = np.maximum(running / slots_per_gang, kv_tokens / kv_per_gang)
 
     if settings.mode == "unified":
         interference = serving.unified_decode_interference
         need = np.maximum(
             need_rate / prefill_per_gang + interference * running / slots_per_gang,
-            running / slots_per_gang,
+            decode_gangs,
         )
         return {"unified": _whole(need)}
     return {
         "prefill": _whole(need_rate / prefill_per_gang),
-        "decode": _whole(running / slots_per_gang),
+        "decode": _whole(decode_gangs),
     }
 
 

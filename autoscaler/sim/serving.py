@@ -9,8 +9,10 @@ cumulative prompt work), exact for arrivals anywhere in a step.
 
 Decode: each ready decode gang holds `max_sequences` running sequences; a sequence keeps its
 slot for `output_tokens / per_sequence_tokens_per_s` seconds, where the per-sequence speed
-is the gang's full-batch throughput shared by its slots. A request that finished prefill
-waits for a free slot (the KV cache has nowhere to go), and its first token reaches the
+is the gang's full-batch throughput shared by its slots. It also needs room in the gang's
+KV cache for its prompt and half its output (its average over the hold), so long prompts
+fill the cache before the slots. A request that finished prefill waits for a free slot
+and room (the KV cache has nowhere to go), and its first token reaches the
 user only once it holds one: TTFT = max(prefill done, decode slot) - arrival. Slots are
 counted in slot-time, not in whole steps: a sequence admitted in a step holds its slot for
 its hold time from the step's start, so a slot freed mid-step serves the next sequence in
@@ -49,6 +51,7 @@ class ServingView:
     decode_waiting: float
     decode_running: float
     decode_slots: float
+    decode_kv_usage: float
 
 
 class Serving:
@@ -71,15 +74,22 @@ class Serving:
         edges = np.arange(n_steps + 1, dtype=np.float64) * self.dt
         self.arrived_idx = np.searchsorted(workload.arrival_s, edges, side="left")
         self.held_steps = steps_held(workload.output_tokens, self.seq_tokens_per_s, dt=self.dt)
+        first_share = np.minimum(self.held_steps, 1.0)
         # slot-steps each cohort takes in the step it is admitted (at most one per sequence)
-        self.first_step0 = np.concatenate(
-            ([0.0], np.cumsum(workload.requests * np.minimum(self.held_steps, 1.0)))
-        )
+        self.first_step0 = np.concatenate(([0.0], np.cumsum(workload.requests * first_share)))
+        # KV tokens one sequence holds, averaged over its hold: its prompt and half its output
+        self.kv_each = workload.input_tokens + workload.output_tokens / 2
+        kv = workload.requests * self.kv_each
+        self.kv0 = np.concatenate(([0.0], np.cumsum(kv)))  # cumulative KV tokens per request
+        self.first_kv0 = np.concatenate(([0.0], np.cumsum(kv * first_share)))  # as first_step0
         # occupancy (sequences, averaged over a step) as a difference array over steps
         horizon = n_steps + int(np.ceil(self.held_steps.max())) + 3
         self.occupancy_delta = np.zeros(horizon)
         # sequences holding a slot at each step's start, as a difference array
         self.holding_delta = np.zeros(horizon)
+        # the same two for the KV tokens the sequences hold
+        self.kv_delta = np.zeros(horizon)
+        self.kv_holding_delta = np.zeros(horizon)
         self.rate_curve = np.zeros(n_steps)  # prefill capacity (tokens/s) during each step
         self.capacity_curve = np.zeros(n_steps + 1)  # cumulative prefill capacity C by each edge
         self.served_curve = np.zeros(n_steps + 1)  # prompt tokens served by each edge
@@ -96,13 +106,18 @@ class Serving:
         self._admitted = 0.0
         self._occupancy = 0.0  # sequences holding a slot, averaged over the last step
         self._holding = 0.0  # sequences holding a slot at the last step's start
+        self._kv = 0.0  # KV tokens they hold, averaged over the last step
+        self._kv_holding = 0.0  # KV tokens held at the last step's start
         self.steps_done = 0
 
     def step(self, k: int, *, prefill_gangs: int, decode_gangs: int) -> ServingView:
         """Serve step k ([k*dt, (k+1)*dt)) with the gangs ready at its start."""
         carried = max(self._occupancy + self.occupancy_delta[k], 0.0)  # admitted earlier
+        kv_carried = max(self._kv + self.kv_delta[k], 0.0)
         self._holding += self.holding_delta[k]
+        self._kv_holding += self.kv_holding_delta[k]
         slots = decode_gangs * self.slots_per_gang
+        kv_room = decode_gangs * self.kv_tokens_per_gang
         capacity = prefill_gangs * self.prefill_per_gang * self.dt
         if self.unified and slots > 0:
             # the batch's share of the slots over the last step, its admissions included: the
@@ -114,25 +129,37 @@ class Serving:
         self._served = self._serve_prefill(k, capacity)
         self.served_curve[k + 1] = self._served
         prefilled = float(np.interp(self._served, self.work0, self.count0))
-        # the free slot-steps admit requests in order, each taking its first step's share
+        # the free slot-steps and KV token-steps admit requests in order, each taking its
+        # first step's share of both: a sequence needs a slot and room for its KV cache
         used = float(np.interp(self._admitted, self.count0, self.first_step0))
+        used_kv = float(np.interp(self._admitted, self.count0, self.first_kv0))
         free = max(slots - carried, 0.0)
+        free_kv = max(kv_room - kv_carried, 0.0)
         slot_limit = float(np.interp(used + free, self.first_step0, self.count0))
-        admit = max(min(prefilled, slot_limit) - self._admitted, 0.0)
-        now = min(admit, max(slots - self._holding, 0.0))
+        kv_limit = float(np.interp(used_kv + free_kv, self.first_kv0, self.count0))
+        admit = max(min(prefilled, slot_limit, kv_limit) - self._admitted, 0.0)
+        held_kv = float(np.interp(self._admitted, self.count0, self.kv0))
+        kv_now = float(
+            np.interp(held_kv + max(kv_room - self._kv_holding, 0.0), self.kv0, self.count0)
+        )
+        now = min(admit, max(slots - self._holding, 0.0), kv_now - self._admitted)
+        now = max(now, 0.0)
         self.admit_now_curve[k] = now
         if admit > 0:
-            # what the free slot-time admits per second of these requests, beyond those
-            # taking the slots free at the start
-            first_steps = float(np.interp(self._admitted + admit, self.count0, self.first_step0))
+            # what the free slot-time and KV token-time admit per second of these requests,
+            # beyond those taking what is free at the start
+            end = self._admitted + admit
+            first_steps = float(np.interp(end, self.count0, self.first_step0)) - used
+            first_kv = float(np.interp(end, self.count0, self.first_kv0)) - used_kv
             # a sliver of a request (rounding in the cumulative counts of fractional
             # cohorts) takes no slot-time a float can show; it is booked at the step's start
-            if first_steps > used:
-                per_request = (first_steps - used) / admit
-                self.admit_rate_curve[k] = max(free / per_request - now, 0.0) / self.dt
-            self._book_holds(k, self._admitted, self._admitted + admit)
-            self._admitted += admit
+            if first_steps > 0 and first_kv > 0:
+                per_step = min(free / (first_steps / admit), free_kv / (first_kv / admit))
+                self.admit_rate_curve[k] = max(per_step - now, 0.0) / self.dt
+            self._book_holds(k, self._admitted, end)
+            self._admitted = end
         self._occupancy += self.occupancy_delta[k]
+        self._kv += self.kv_delta[k]
         self.steps_done = k + 1
         self.admitted_curve[k + 1] = self._admitted
         arrived = self.count0[self.arrived_idx[k + 1]]
@@ -145,6 +172,7 @@ class Serving:
             decode_waiting=max(prefilled - self._admitted, 0.0),
             decode_running=max(self._occupancy, 0.0),
             decode_slots=slots,
+            decode_kv_usage=min(max(self._kv, 0.0) / kv_room, 1.0) if kv_room > 0 else 0.0,
         )
 
     def _prefill_kv_usage(self, k: int, gangs: int) -> float:
@@ -194,9 +222,11 @@ class Serving:
         book_occupancy(self.occupancy_delta, start=start, sequences=share, held_steps=held)
         # held at the start of every later step the hold reaches into: from step k + 1 on,
         # for whole steps only
-        book_occupancy(
-            self.holding_delta, start=start + 1, sequences=share, held_steps=np.ceil(held) - 1
-        )
+        whole = np.ceil(held) - 1
+        book_occupancy(self.holding_delta, start=start + 1, sequences=share, held_steps=whole)
+        kv = share * self.kv_each[cohorts]
+        book_occupancy(self.kv_delta, start=start, sequences=kv, held_steps=held)
+        book_occupancy(self.kv_holding_delta, start=start + 1, sequences=kv, held_steps=whole)
 
     def ttft_s(self) -> np.ndarray:
         """TTFT of the middle request of every cohort, over the steps simulated so far; inf

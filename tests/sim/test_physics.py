@@ -205,7 +205,7 @@ class _Record:
 
 def test_the_policy_reads_the_prefill_kv_the_serving_model_reports() -> None:
     # the same backlog as above, through the engine: at the 15 s tick the prefill component's
-    # KV signal is the prompts waiting for the decode gang's slots, and decode's is its slots
+    # KV signal is the prompts waiting for the decode gang's slots
     settings = SimSettings(step_s=5.0, tick_s=15.0)
     workload = _prompts((512, 1_000.0), (88, 3_000.0), output_tokens=2_812)
     recorder = _Record()
@@ -216,7 +216,52 @@ def test_the_policy_reads_the_prefill_kv_the_serving_model_reports() -> None:
     assert tick.components["prefill"].signals.kv_usage_fraction == pytest.approx(
         (88_000 + 8_192) / KV_TOKENS_PER_GANG
     )
-    assert tick.components["decode"].signals.kv_usage_fraction == pytest.approx(1.0)
+    # decode's is the KV cache its 512 sequences hold: a prompt and half an output each
+    assert tick.components["decode"].signals.kv_usage_fraction == pytest.approx(
+        512 * (1_000 + 2_812 / 2) / KV_TOKENS_PER_GANG
+    )
+
+
+def _long_prompts(count: int) -> Workload:
+    """`count` prompts of 7,656.25 tokens with 4,687.5-token outputs at t=0: each holds a
+    decode slot for 100 s (46.875 tokens/s per sequence) and, on average over that time,
+    7,656.25 + 4,687.5 / 2 = 10,000 tokens of KV cache."""
+    return burst(count, prompt_tokens=7_656.25, output_tokens=4_687.5)
+
+
+def test_decode_admits_only_what_its_kv_cache_holds() -> None:
+    # 300 sequences of 10,000 KV tokens on one decode gang of 512 slots and 2,540,000 tokens:
+    # the KV cache, not the slots, admits 254; the other 46 wait until the first hold ends
+    # at 100 s. 60 prefill gangs (2.4M tokens/s) prefill all of them within the first step.
+    settings = SimSettings(step_s=5.0, tick_s=5.0)
+    serving = Serving(_long_prompts(300), settings, n_steps=30)
+    views = [serving.step(k, prefill_gangs=60, decode_gangs=1) for k in range(22)]
+    assert views[0].decode_running == pytest.approx(254)
+    assert views[0].decode_waiting == pytest.approx(46)
+    assert views[0].decode_kv_usage == pytest.approx(1.0)
+    assert views[19].decode_waiting == pytest.approx(46)
+    assert views[20].decode_running == pytest.approx(46)
+    ttft = serving.ttft_s()
+    assert ttft[:254].max() < 2.0
+    assert ttft[254:] == pytest.approx(np.full(46, 100.0))
+
+
+def test_decode_kv_reads_the_tokens_its_sequences_hold() -> None:
+    # the same 300 sequences on two decode gangs: all admitted, 3,000,000 of 5,080,000 tokens
+    settings = SimSettings(step_s=5.0, tick_s=5.0)
+    serving = Serving(_long_prompts(300), settings, n_steps=30)
+    view = serving.step(0, prefill_gangs=60, decode_gangs=2)
+    assert view.decode_waiting == pytest.approx(0)
+    assert view.decode_kv_usage == pytest.approx(3_000_000 / (2 * KV_TOKENS_PER_GANG))
+
+
+def test_clairvoyant_decode_requirement_counts_kv_cache() -> None:
+    from autoscaler.sim.requirement import required_gangs
+
+    # 300 sequences fit one gang's 512 slots but hold 3,000,000 KV tokens: two gangs
+    workload = dataclasses.replace(_long_prompts(300), duration_s=200.0)
+    need = required_gangs(workload, SimSettings(), n_steps=40)
+    assert need["decode"][:20].tolist() == [2] * 20
 
 
 @pytest.mark.parametrize("seed", range(40))
