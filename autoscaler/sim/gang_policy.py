@@ -89,6 +89,12 @@ def default_annotations(
         # peak for 20 minutes instead of 10 takes Mooncake from 95.91 % to 99.09 % and Azure
         # code from 85.71 % to 91.58 % for 1-2.5 % more GPU-hours on the 14-day traces.
         annotations["scale-down-window"] = "20m"
+    if component == "decode":
+        # A full batch of short requests fills a quarter of the KV cache, so decode scales on
+        # its demand rate and queue, both late for a burst: 15 minutes instead of 10 keep the
+        # third gang through the conversation hour's lulls (93.86 % -> 99.66 %, and 254.4 ->
+        # 212.3 GPU-hours, fewer restarts) for 0.2 % more on the 14-day traces.
+        annotations["scale-down-window"] = "15m"
     annotations.update(getattr(settings.gang, component))
     return {PREFIX + k: v for k, v in annotations.items()}
 

@@ -17,8 +17,9 @@ user only once it holds one: TTFT = max(prefill done, decode slot) - arrival. Sl
 counted in slot-time, not in whole steps: a sequence admitted in a step holds its slot for
 its hold time from the step's start, so a slot freed mid-step serves the next sequence in
 the same step, and a gang admits `slots / hold` sequences a second whatever the step size.
-Within a step, the slots free at its start are taken at once and the rest of the step's
-admissions are spread evenly over it (when exactly in the step a slot frees is not tracked).
+Within a step, the slots and KV cache free at its start are taken at once and the rest of the
+step's admissions are spread evenly over it (when exactly in the step a slot frees is not
+tracked).
 
 Unified gangs run both on the same GPUs: a full decode batch takes
 `unified_decode_interference` of the prefill capacity, in proportion to the share of the
@@ -38,12 +39,14 @@ from typing import Literal
 import numpy as np
 
 from autoscaler.sim.config import SimSettings
+from autoscaler.sim.errors import ConfigError
 from autoscaler.sim.workload import Workload
 
 
 @dataclass(frozen=True, slots=True)
 class ServingView:
-    """Queue state after a step, in vLLM terms (summed over ready gangs)."""
+    """Queue state after a step, in vLLM terms: counts summed over the ready gangs, KV usage
+    as the fraction of their KV cache in use."""
 
     prefill_waiting: float
     prefill_running: float
@@ -79,6 +82,15 @@ class Serving:
         self.first_step0 = np.concatenate(([0.0], np.cumsum(workload.requests * first_share)))
         # KV tokens one sequence holds, averaged over its hold: its prompt and half its output
         self.kv_each = workload.input_tokens + workload.output_tokens / 2
+        largest = float(self.kv_each.max(initial=0.0))
+        if largest > self.kv_tokens_per_gang:
+            # vLLM refuses a request longer than its cache; admitting it in slices would hold
+            # every request behind it for a hold time
+            raise ConfigError(
+                f"a request of the trace holds {largest:,.0f} KV tokens, more than one gang's "
+                f"KV cache ({self.kv_tokens_per_gang:,.0f}: serving.kv_cache_tokens_per_pod x "
+                "cluster.pods_per_gang); raise serving.kv_cache_tokens_per_pod"
+            )
         kv = workload.requests * self.kv_each
         self.kv0 = np.concatenate(([0.0], np.cumsum(kv)))  # cumulative KV tokens per request
         self.first_kv0 = np.concatenate(([0.0], np.cumsum(kv * first_share)))  # as first_step0
@@ -94,8 +106,10 @@ class Serving:
         self.capacity_curve = np.zeros(n_steps + 1)  # cumulative prefill capacity C by each edge
         self.served_curve = np.zeros(n_steps + 1)  # prompt tokens served by each edge
         self.admitted_curve = np.zeros(n_steps + 1)  # requests given a decode slot by each edge
-        self.admit_now_curve = np.zeros(n_steps)  # admitted at each step's start (free slots)
-        self.admit_rate_curve = np.zeros(n_steps)  # slot-limited admissions/s after that
+        # admitted at each step's start (slots and KV cache free then), and admissions/s after
+        # that as slots and KV cache free
+        self.admit_now_curve = np.zeros(n_steps)
+        self.admit_rate_curve = np.zeros(n_steps)
         self.edges = edges
         self._served = 0.0
         # sup over s <= now of C(s) - A(s-): how far capacity has run ahead of the work, idle
@@ -209,8 +223,8 @@ class Serving:
         return float(end - self._idle_capacity)
 
     def _book_holds(self, k: int, low: float, high: float) -> None:
-        """Book the slot occupancy of requests `low` to `high` (in arrival order), admitted
-        in step k."""
+        """Book the slots and the KV cache that requests `low` to `high` (in arrival order),
+        admitted in step k, hold."""
         first = int(np.searchsorted(self.count0, low, side="right")) - 1
         last = int(np.searchsorted(self.count0, high, side="left"))
         cohorts = np.arange(first, last)

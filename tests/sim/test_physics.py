@@ -12,6 +12,7 @@ from autoscaler.sim.cluster import Cluster
 from autoscaler.sim.config import ClusterSettings, SimSettings
 from autoscaler.sim.controller import Action, Snapshot
 from autoscaler.sim.engine import simulate
+from autoscaler.sim.errors import ConfigError
 from autoscaler.sim.metrics import gpu_hours_by_use, measure
 from autoscaler.sim.serving import Serving
 from autoscaler.sim.workload import Workload
@@ -255,13 +256,61 @@ def test_decode_kv_reads_the_tokens_its_sequences_hold() -> None:
     assert view.decode_kv_usage == pytest.approx(3_000_000 / (2 * KV_TOKENS_PER_GANG))
 
 
-def test_clairvoyant_decode_requirement_counts_kv_cache() -> None:
+def _kv_bound(count: int, *, hold_s: float) -> Workload:
+    """`count` sequences at t=0 holding a decode slot for `hold_s` and 10,000 KV tokens on
+    average over it (a prompt plus half the output)."""
+    output = hold_s * 46.875
+    return burst(count, prompt_tokens=10_000 - output / 2, output_tokens=output)
+
+
+def test_kv_bound_admissions_within_a_step_follow_the_cache_as_it_frees() -> None:
+    # Holds of 7.3 s (1.46 steps of 5 s): 254 sequences fill the cache in step 0; through
+    # step 1 the average cache use is 254 x 0.46 x 10,000, so 137.16 more fit, none of them
+    # at the step's start (the cache is full then): 27.432 a second. Request 300 gets its
+    # slot at 5 + (300.5 - 254) / 27.432 = 6.695 s, after its prefill (about 1.4 s).
+    settings = SimSettings(step_s=5.0, tick_s=5.0)
+    serving = Serving(_kv_bound(600, hold_s=7.3), settings, n_steps=30)
+    views = [serving.step(k, prefill_gangs=60, decode_gangs=1) for k in range(2)]
+    assert views[0].decode_running == pytest.approx(254)
+    assert serving.admit_now_curve[1] == pytest.approx(0.0)
+    assert serving.admit_rate_curve[1] == pytest.approx(137.16 / 5)
+    assert serving.admitted_curve[2] == pytest.approx(254 + 137.16)
+    assert serving.ttft_s()[300] == pytest.approx(5 + 46.5 / 27.432)
+
+
+def test_kv_bound_admissions_with_holds_shorter_than_a_step() -> None:
+    # Holds of 2.5 s (half a 5 s step): each sequence takes 5,000 KV token-steps of step 0,
+    # so 508 are admitted in it, 254 at its start (what the cache holds at once) and the rest
+    # at (508 - 254) / 5 = 50.8 a second; the slots (1,024 half-steps) do not bind. Request
+    # 400 gets its slot at (400.5 - 254) / 50.8 = 2.884 s.
+    settings = SimSettings(step_s=5.0, tick_s=5.0)
+    serving = Serving(_kv_bound(1_000, hold_s=2.5), settings, n_steps=30)
+    serving.step(0, prefill_gangs=60, decode_gangs=1)
+    assert serving.admit_now_curve[0] == pytest.approx(254)
+    assert serving.admit_rate_curve[0] == pytest.approx(50.8)
+    assert serving.admitted_curve[1] == pytest.approx(508)
+    assert serving.ttft_s()[400] == pytest.approx(146.5 / 50.8)
+
+
+def test_a_request_larger_than_a_gangs_kv_cache_is_refused() -> None:
+    workload = burst(1, prompt_tokens=3_000_000.0)
+    with pytest.raises(ConfigError, match=r"serving\.kv_cache_tokens_per_pod"):
+        Serving(workload, SimSettings(), n_steps=10)
+
+
+@pytest.mark.parametrize(
+    ("mode", "component"), [("pd", "decode"), ("unified", "unified")], ids=["pd", "unified"]
+)
+def test_clairvoyant_decode_requirement_counts_kv_cache(mode: str, component: str) -> None:
     from autoscaler.sim.requirement import required_gangs
 
-    # 300 sequences fit one gang's 512 slots but hold 3,000,000 KV tokens: two gangs
-    workload = dataclasses.replace(_long_prompts(300), duration_s=200.0)
-    need = required_gangs(workload, SimSettings(), n_steps=40)
-    assert need["decode"][:20].tolist() == [2] * 20
+    # 500 sequences fit one gang's 512 slots but hold 5,000,000 KV tokens (a prompt and half
+    # the output each; 6,171,875 with whole outputs, which would need 3): two gangs while
+    # they run (after the first step, where a unified gang's prefill of 3.8M tokens in the
+    # SLO needs more)
+    workload = dataclasses.replace(_long_prompts(500), duration_s=200.0)
+    need = required_gangs(workload, SimSettings(mode=mode), n_steps=40)
+    assert need[component][1:20].tolist() == [2] * 19
 
 
 @pytest.mark.parametrize("seed", range(40))
