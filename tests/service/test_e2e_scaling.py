@@ -106,10 +106,15 @@ async def test_a_deployment_at_zero_is_woken_by_the_wake_query(kube: FakeKube, l
             timeout_s=20,
             what="both components woken",
         )
-        woke = await running.metric(
-            "gang_autoscaler_decisions_total",
-            namespace=ns, deployment="llama", component="prefill", reason="scale_from_zero",
-        )  # fmt: skip
-        assert woke is not None and woke >= 1
+
+        # the tick writes the scale before it counts its decisions: the count follows
+        async def counted() -> bool:
+            woke = await running.metric(
+                "gang_autoscaler_decisions_total",
+                namespace=ns, deployment="llama", component="prefill", reason="scale_from_zero",
+            )  # fmt: skip
+            return woke is not None and woke >= 1
+
+        await wait_until(counted, timeout_s=10, what="the wake counted as scale_from_zero")
     finally:
         await running.close()
