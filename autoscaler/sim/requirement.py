@@ -30,7 +30,7 @@ import numpy as np
 from scipy.ndimage import maximum_filter1d
 
 from autoscaler.sim.config import SimSettings
-from autoscaler.sim.serving import book_occupancy, steps_held
+from autoscaler.sim.serving import book_occupancy, kv_tokens_held, steps_held
 from autoscaler.sim.workload import Workload
 
 FINE_GRID_S = 0.25  # grid of the shortest windows, where a bin's width matters most
@@ -83,9 +83,9 @@ def required_gangs(
     delta = np.zeros(n_steps + int(np.ceil(held.max())) + 3)
     book_occupancy(delta, start=start, sequences=workload.requests, held_steps=held)
     running = np.maximum(np.cumsum(delta)[:n_steps], 0.0)
-    # and room for their KV cache: a prompt and half its output each, over the hold
+    # and room for their KV cache, as the serving model books it
     kv_delta = np.zeros(delta.size)
-    kv_each = workload.input_tokens + workload.output_tokens / 2
+    kv_each = kv_tokens_held(workload)
     book_occupancy(kv_delta, start=start, sequences=workload.requests * kv_each, held_steps=held)
     kv_tokens = np.maximum(np.cumsum(kv_delta)[:n_steps], 0.0)
     decode_gangs = np.maximum(running / slots_per_gang, kv_tokens / kv_per_gang)

@@ -53,7 +53,6 @@ class ServingView:
     prefill_kv_usage: float
     decode_waiting: float
     decode_running: float
-    decode_slots: float
     decode_kv_usage: float
 
 
@@ -77,12 +76,8 @@ class Serving:
         edges = np.arange(n_steps + 1, dtype=np.float64) * self.dt
         self.arrived_idx = np.searchsorted(workload.arrival_s, edges, side="left")
         self.held_steps = steps_held(workload.output_tokens, self.seq_tokens_per_s, dt=self.dt)
-        first_share = np.minimum(self.held_steps, 1.0)
-        # slot-steps each cohort takes in the step it is admitted (at most one per sequence)
-        self.first_step0 = np.concatenate(([0.0], np.cumsum(workload.requests * first_share)))
-        # KV tokens one sequence holds, averaged over its hold: its prompt and half its output
-        self.kv_each = workload.input_tokens + workload.output_tokens / 2
-        largest = float(self.kv_each.max(initial=0.0))
+        kv_each = kv_tokens_held(workload)
+        largest = float(kv_each.max(initial=0.0))
         if largest > self.kv_tokens_per_gang:
             # vLLM refuses a request longer than its cache; admitting it in slices would hold
             # every request behind it for a hold time
@@ -91,17 +86,10 @@ class Serving:
                 f"KV cache ({self.kv_tokens_per_gang:,.0f}: serving.kv_cache_tokens_per_pod x "
                 "cluster.pods_per_gang); raise serving.kv_cache_tokens_per_pod"
             )
-        kv = workload.requests * self.kv_each
-        self.kv0 = np.concatenate(([0.0], np.cumsum(kv)))  # cumulative KV tokens per request
-        self.first_kv0 = np.concatenate(([0.0], np.cumsum(kv * first_share)))  # as first_step0
-        # occupancy (sequences, averaged over a step) as a difference array over steps
         horizon = n_steps + int(np.ceil(self.held_steps.max())) + 3
-        self.occupancy_delta = np.zeros(horizon)
-        # sequences holding a slot at each step's start, as a difference array
-        self.holding_delta = np.zeros(horizon)
-        # the same two for the KV tokens the sequences hold
-        self.kv_delta = np.zeros(horizon)
-        self.kv_holding_delta = np.zeros(horizon)
+        # what a running sequence holds: a slot, and KV cache
+        self.slots = _Held(np.ones(workload.requests.size), workload, self.held_steps, horizon)
+        self.kv = _Held(kv_each, workload, self.held_steps, horizon)
         self.rate_curve = np.zeros(n_steps)  # prefill capacity (tokens/s) during each step
         self.capacity_curve = np.zeros(n_steps + 1)  # cumulative prefill capacity C by each edge
         self.served_curve = np.zeros(n_steps + 1)  # prompt tokens served by each edge
@@ -118,18 +106,12 @@ class Serving:
         # that sup at each cohort's arrival, filled as the cohorts arrive; TTFTs invert from it
         self.idle_at_arrival = np.zeros(workload.arrival_s.size)
         self._admitted = 0.0
-        self._occupancy = 0.0  # sequences holding a slot, averaged over the last step
-        self._holding = 0.0  # sequences holding a slot at the last step's start
-        self._kv = 0.0  # KV tokens they hold, averaged over the last step
-        self._kv_holding = 0.0  # KV tokens held at the last step's start
         self.steps_done = 0
 
     def step(self, k: int, *, prefill_gangs: int, decode_gangs: int) -> ServingView:
         """Serve step k ([k*dt, (k+1)*dt)) with the gangs ready at its start."""
-        carried = max(self._occupancy + self.occupancy_delta[k], 0.0)  # admitted earlier
-        kv_carried = max(self._kv + self.kv_delta[k], 0.0)
-        self._holding += self.holding_delta[k]
-        self._kv_holding += self.kv_holding_delta[k]
+        self.slots.begin(k)
+        self.kv.begin(k)
         slots = decode_gangs * self.slots_per_gang
         kv_room = decode_gangs * self.kv_tokens_per_gang
         capacity = prefill_gangs * self.prefill_per_gang * self.dt
@@ -137,43 +119,40 @@ class Serving:
             # the batch's share of the slots over the last step, its admissions included: the
             # sequences admitted earlier alone (`carried`) leave out the step's newcomers,
             # a share that grows with the step (all of it for holds shorter than a step)
-            busy = max(self._occupancy, 0.0)
+            busy = max(self.slots.average, 0.0)
             capacity *= 1.0 - self.interference * min(busy / slots, 1.0)
         self.rate_curve[k] = capacity / self.dt
         self._served = self._serve_prefill(k, capacity)
         self.served_curve[k + 1] = self._served
         prefilled = float(np.interp(self._served, self.work0, self.count0))
-        # the free slot-steps and KV token-steps admit requests in order, each taking its
-        # first step's share of both: a sequence needs a slot and room for its KV cache
-        used = float(np.interp(self._admitted, self.count0, self.first_step0))
-        used_kv = float(np.interp(self._admitted, self.count0, self.first_kv0))
-        free = max(slots - carried, 0.0)
-        free_kv = max(kv_room - kv_carried, 0.0)
-        slot_limit = float(np.interp(used + free, self.first_step0, self.count0))
-        kv_limit = float(np.interp(used_kv + free_kv, self.first_kv0, self.count0))
-        admit = max(min(prefilled, slot_limit, kv_limit) - self._admitted, 0.0)
-        held_kv = float(np.interp(self._admitted, self.count0, self.kv0))
-        kv_now = float(
-            np.interp(held_kv + max(kv_room - self._kv_holding, 0.0), self.kv0, self.count0)
+        # a sequence needs a slot and room for its KV cache: what is free of both through the
+        # step admits requests in order, and what is free at its start admits them at once
+        done, count0 = self._admitted, self.count0
+        fits = min(
+            prefilled,
+            self.slots.step_limit(done, slots, count0),
+            self.kv.step_limit(done, kv_room, count0),
         )
-        now = min(admit, max(slots - self._holding, 0.0), kv_now - self._admitted)
+        admit = max(fits - done, 0.0)
+        now = min(
+            admit,
+            self.slots.start_limit(done, slots, count0),
+            self.kv.start_limit(done, kv_room, count0),
+        )
         now = max(now, 0.0)
         self.admit_now_curve[k] = now
         if admit > 0:
-            # what the free slot-time and KV token-time admit per second of these requests,
-            # beyond those taking what is free at the start
-            end = self._admitted + admit
-            first_steps = float(np.interp(end, self.count0, self.first_step0)) - used
-            first_kv = float(np.interp(end, self.count0, self.first_kv0)) - used_kv
+            end = done + admit
+            by_slots = self.slots.per_step(done, end, slots, count0)
+            by_kv = self.kv.per_step(done, end, kv_room, count0)
             # a sliver of a request (rounding in the cumulative counts of fractional
             # cohorts) takes no slot-time a float can show; it is booked at the step's start
-            if first_steps > 0 and first_kv > 0:
-                per_step = min(free / (first_steps / admit), free_kv / (first_kv / admit))
-                self.admit_rate_curve[k] = max(per_step - now, 0.0) / self.dt
+            if by_slots is not None and by_kv is not None:
+                self.admit_rate_curve[k] = max(min(by_slots, by_kv) - now, 0.0) / self.dt
             self._book_holds(k, self._admitted, end)
             self._admitted = end
-        self._occupancy += self.occupancy_delta[k]
-        self._kv += self.kv_delta[k]
+        self.slots.end(k)
+        self.kv.end(k)
         self.steps_done = k + 1
         self.admitted_curve[k + 1] = self._admitted
         arrived = self.count0[self.arrived_idx[k + 1]]
@@ -184,9 +163,8 @@ class Serving:
             prefill_running=running_prefill,
             prefill_kv_usage=self._prefill_kv_usage(k, prefill_gangs),
             decode_waiting=max(prefilled - self._admitted, 0.0),
-            decode_running=max(self._occupancy, 0.0),
-            decode_slots=slots,
-            decode_kv_usage=min(max(self._kv, 0.0) / kv_room, 1.0) if kv_room > 0 else 0.0,
+            decode_running=max(self.slots.average, 0.0),
+            decode_kv_usage=min(max(self.kv.average, 0.0) / kv_room, 1.0) if kv_room > 0 else 0.0,
         )
 
     def _prefill_kv_usage(self, k: int, gangs: int) -> float:
@@ -231,16 +209,8 @@ class Serving:
         share = np.clip(self.count0[cohorts + 1], low, high) - np.clip(
             self.count0[cohorts], low, high
         )
-        held = self.held_steps[cohorts]
-        start = np.full(cohorts.size, k)
-        book_occupancy(self.occupancy_delta, start=start, sequences=share, held_steps=held)
-        # held at the start of every later step the hold reaches into: from step k + 1 on,
-        # for whole steps only
-        whole = np.ceil(held) - 1
-        book_occupancy(self.holding_delta, start=start + 1, sequences=share, held_steps=whole)
-        kv = share * self.kv_each[cohorts]
-        book_occupancy(self.kv_delta, start=start, sequences=kv, held_steps=held)
-        book_occupancy(self.kv_holding_delta, start=start + 1, sequences=kv, held_steps=whole)
+        for resource in (self.slots, self.kv):
+            resource.book(k, cohorts=cohorts, share=share, held_steps=self.held_steps[cohorts])
 
     def ttft_s(self) -> np.ndarray:
         """TTFT of the middle request of every cohort, over the steps simulated so far; inf
@@ -274,6 +244,75 @@ class Serving:
             at_start=self.admit_now_curve[:end_step],
         )
         return np.asarray(np.maximum(prefill_done, slot_at) - workload.arrival_s)
+
+
+def kv_tokens_held(workload: Workload) -> np.ndarray:
+    """KV tokens one sequence of each cohort holds in decode, averaged over its hold: its
+    prompt and half its output (the cache grows by a token per token generated)."""
+    return np.asarray(workload.input_tokens + workload.output_tokens / 2)
+
+
+class _Held:
+    """One thing a decode sequence holds while it runs (a slot, or its KV cache), in
+    `per_sequence` units per cohort, counted in unit-time as slots are: a sequence admitted in
+    a step holds its amount from the step's start for its hold time."""
+
+    def __init__(
+        self, per_sequence: np.ndarray, workload: Workload, held_steps: np.ndarray, horizon: int
+    ) -> None:
+        amount = workload.requests * per_sequence
+        self.per_sequence = per_sequence
+        # cumulative amount over the cohorts in arrival order, and the unit-steps each takes
+        # in the step it is admitted (a hold shorter than a step takes that share)
+        self.total0 = np.concatenate(([0.0], np.cumsum(amount)))
+        self.first0 = np.concatenate(([0.0], np.cumsum(amount * np.minimum(held_steps, 1.0))))
+        self.delta = np.zeros(horizon)  # held, averaged over each step (difference array)
+        self.start_delta = np.zeros(horizon)  # held at each step's start (difference array)
+        self.average = 0.0  # held, averaged over the last step
+        self.at_start = 0.0  # held at the last step's start
+        self.carried = 0.0  # held through this step by sequences admitted earlier
+
+    def begin(self, k: int) -> None:
+        self.carried = max(self.average + self.delta[k], 0.0)
+        self.at_start += self.start_delta[k]
+
+    def end(self, k: int) -> None:
+        self.average += self.delta[k]
+
+    def step_limit(self, admitted: float, room: float, count0: np.ndarray) -> float:
+        """Requests (cumulative, in arrival order) what is free through the step admits."""
+        used = float(np.interp(admitted, count0, self.first0))
+        return float(np.interp(used + max(room - self.carried, 0.0), self.first0, count0))
+
+    def start_limit(self, admitted: float, room: float, count0: np.ndarray) -> float:
+        """Requests what is free at the step's start admits at once."""
+        held = float(np.interp(admitted, count0, self.total0))
+        free = max(room - self.at_start, 0.0)
+        return float(np.interp(held + free, self.total0, count0)) - admitted
+
+    def per_step(
+        self, admitted: float, end: float, room: float, count0: np.ndarray
+    ) -> float | None:
+        """Requests like `admitted` to `end` that what is free through the step admits (None
+        when they take no unit-step a float can show)."""
+        first = float(
+            np.interp(end, count0, self.first0) - np.interp(admitted, count0, self.first0)
+        )
+        if first <= 0:
+            return None
+        return max(room - self.carried, 0.0) / (first / (end - admitted))
+
+    def book(
+        self, k: int, *, cohorts: np.ndarray, share: np.ndarray, held_steps: np.ndarray
+    ) -> None:
+        """Book what `share` sequences of `cohorts`, admitted in step k, hold."""
+        amount = share * self.per_sequence[cohorts]
+        start = np.full(cohorts.size, k)
+        book_occupancy(self.delta, start=start, sequences=amount, held_steps=held_steps)
+        # held at the start of every later step the hold reaches into: from step k + 1 on,
+        # for whole steps only
+        whole = np.ceil(held_steps) - 1
+        book_occupancy(self.start_delta, start=start + 1, sequences=amount, held_steps=whole)
 
 
 def steps_held(output_tokens: np.ndarray, seq_tokens_per_s: float, *, dt: float) -> np.ndarray:

@@ -223,11 +223,11 @@ def test_the_policy_reads_the_prefill_kv_the_serving_model_reports() -> None:
     )
 
 
-def _long_prompts(count: int) -> Workload:
-    """`count` prompts of 7,656.25 tokens with 4,687.5-token outputs at t=0: each holds a
-    decode slot for 100 s (46.875 tokens/s per sequence) and, on average over that time,
-    7,656.25 + 4,687.5 / 2 = 10,000 tokens of KV cache."""
-    return burst(count, prompt_tokens=7_656.25, output_tokens=4_687.5)
+def _kv_bound(count: int, *, hold_s: float) -> Workload:
+    """`count` sequences at t=0 holding a decode slot for `hold_s` and 10,000 KV tokens on
+    average over it (a prompt plus half the output)."""
+    output = hold_s * 46.875
+    return burst(count, prompt_tokens=10_000 - output / 2, output_tokens=output)
 
 
 def test_decode_admits_only_what_its_kv_cache_holds() -> None:
@@ -235,7 +235,7 @@ def test_decode_admits_only_what_its_kv_cache_holds() -> None:
     # the KV cache, not the slots, admits 254; the other 46 wait until the first hold ends
     # at 100 s. 60 prefill gangs (2.4M tokens/s) prefill all of them within the first step.
     settings = SimSettings(step_s=5.0, tick_s=5.0)
-    serving = Serving(_long_prompts(300), settings, n_steps=30)
+    serving = Serving(_kv_bound(300, hold_s=100.0), settings, n_steps=30)
     views = [serving.step(k, prefill_gangs=60, decode_gangs=1) for k in range(22)]
     assert views[0].decode_running == pytest.approx(254)
     assert views[0].decode_waiting == pytest.approx(46)
@@ -250,17 +250,10 @@ def test_decode_admits_only_what_its_kv_cache_holds() -> None:
 def test_decode_kv_reads_the_tokens_its_sequences_hold() -> None:
     # the same 300 sequences on two decode gangs: all admitted, 3,000,000 of 5,080,000 tokens
     settings = SimSettings(step_s=5.0, tick_s=5.0)
-    serving = Serving(_long_prompts(300), settings, n_steps=30)
+    serving = Serving(_kv_bound(300, hold_s=100.0), settings, n_steps=30)
     view = serving.step(0, prefill_gangs=60, decode_gangs=2)
     assert view.decode_waiting == pytest.approx(0)
     assert view.decode_kv_usage == pytest.approx(3_000_000 / (2 * KV_TOKENS_PER_GANG))
-
-
-def _kv_bound(count: int, *, hold_s: float) -> Workload:
-    """`count` sequences at t=0 holding a decode slot for `hold_s` and 10,000 KV tokens on
-    average over it (a prompt plus half the output)."""
-    output = hold_s * 46.875
-    return burst(count, prompt_tokens=10_000 - output / 2, output_tokens=output)
 
 
 def test_kv_bound_admissions_within_a_step_follow_the_cache_as_it_frees() -> None:
@@ -308,7 +301,7 @@ def test_clairvoyant_decode_requirement_counts_kv_cache(mode: str, component: st
     # the output each; 6,171,875 with whole outputs, which would need 3): two gangs while
     # they run (after the first step, where a unified gang's prefill of 3.8M tokens in the
     # SLO needs more)
-    workload = dataclasses.replace(_long_prompts(500), duration_s=200.0)
+    workload = dataclasses.replace(_kv_bound(500, hold_s=100.0), duration_s=200.0)
     need = required_gangs(workload, SimSettings(mode=mode), n_steps=40)
     assert need[component][1:20].tolist() == [2] * 19
 
