@@ -25,6 +25,7 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
+from autoscaler.adapters.kube_client import DEFAULT_REQUEST_TIMEOUT_S, TimedApi
 from autoscaler.adapters.kube_errors import (
     API_CALL_ERRORS,
     BalloonShapeError,
@@ -389,13 +390,15 @@ class PriorityClassMismatch(KubeApiError):
     be preempted as designed (or would preempt real pods), so none are made."""
 
 
-async def ensure_priority_class(api_client: client.ApiClient) -> str:
+async def ensure_priority_class(
+    api_client: client.ApiClient, *, request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
+) -> str:
     """Create the balloon PriorityClass if missing; return a one-line status for the log.
 
     Raises PriorityClassMismatch when the class exists with another value (values are
     immutable, so a human must fix it), KubeApiError when it cannot be read or created (RBAC).
     """
-    api: Any = client.SchedulingV1Api(api_client)
+    api: Any = TimedApi(client.SchedulingV1Api(api_client), timeout_s=request_timeout_s)
     try:
         existing = await api.read_priority_class(PRIORITY_CLASS_NAME)
     except API_CALL_ERRORS as err:
@@ -433,8 +436,14 @@ class BalloonResult:
 class BalloonWriter:
     """Carries out a `BalloonPlan` through the API, one whole gang at a time."""
 
-    def __init__(self, api_client: client.ApiClient, *, image: str = PAUSE_IMAGE) -> None:
-        self._core: Any = client.CoreV1Api(api_client)
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        *,
+        image: str = PAUSE_IMAGE,
+        request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
+    ) -> None:
+        self._core: Any = TimedApi(client.CoreV1Api(api_client), timeout_s=request_timeout_s)
         self.image = image
         # Why no balloon gang may be created now (the PriorityClass has another value), or
         # None. Deletions go on: giving capacity back is always safe.

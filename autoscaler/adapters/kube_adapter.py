@@ -27,6 +27,7 @@ from kubernetes_asyncio import client
 from autoscaler.adapters.balloons import PriorityClassMismatch, ensure_priority_class
 from autoscaler.adapters.kube_apply import Actuator, ApplyReport, ComponentApplied
 from autoscaler.adapters.kube_cache import MAX_RETRY_DELAY_S, WatchCache
+from autoscaler.adapters.kube_client import DEFAULT_REQUEST_TIMEOUT_S
 from autoscaler.adapters.kube_discovery import ParseCache
 from autoscaler.adapters.kube_errors import KubeAdapterError
 from autoscaler.adapters.kube_events import EventRecorder
@@ -63,6 +64,7 @@ class KubeAdapter:
         event_instance: str | None = None,
         default_annotations: Mapping[str, str] | None = None,
         balloon_image: str = PAUSE_IMAGE,
+        request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
     ) -> None:
         self._namespaces = frozenset(namespaces) if namespaces else None
         self._default_annotations = dict(default_annotations or {})
@@ -106,8 +108,15 @@ class KubeAdapter:
             ROLE_SCALER_PLURAL,
             optional=True,
         )
-        self.scaler = LwsScaler(api_client, foreign_hold_s=foreign_hold_s)
-        self.events = EventRecorder(api_client, instance=event_instance)
+        # Every read and write outside the watches answers within this, or counts as no
+        # answer for its component alone.
+        self._request_timeout_s = request_timeout_s
+        self.scaler = LwsScaler(
+            api_client, foreign_hold_s=foreign_hold_s, request_timeout_s=request_timeout_s
+        )
+        self.events = EventRecorder(
+            api_client, instance=event_instance, request_timeout_s=request_timeout_s
+        )
         self.actuator = Actuator(
             api_client,
             scaler=self.scaler,
@@ -115,6 +124,7 @@ class KubeAdapter:
             may_write=may_write,
             namespaces=self._namespaces,
             balloon_image=balloon_image,
+            request_timeout_s=request_timeout_s,
         )
         self._api_client = api_client
         self._tasks: list[asyncio.Task[None]] = []
@@ -156,7 +166,9 @@ class KubeAdapter:
         another value, no balloon gang is created (`PriorityClassMismatch`)."""
         self._class_checked_mono = time.monotonic()
         try:
-            self.priority_class_status = await ensure_priority_class(self._api_client)
+            self.priority_class_status = await ensure_priority_class(
+                self._api_client, request_timeout_s=self._request_timeout_s
+            )
         except PriorityClassMismatch as err:
             self.actuator.refuse_balloons(str(err))
             raise

@@ -35,6 +35,7 @@ from autoscaler.adapters.balloons import (
     plan_balloons,
     shape_digest,
 )
+from autoscaler.adapters.kube_client import DEFAULT_REQUEST_TIMEOUT_S, TimedApi
 from autoscaler.adapters.kube_discovery import DiscoveredComponent
 from autoscaler.adapters.kube_errors import (
     API_CALL_ERRORS,
@@ -106,14 +107,17 @@ class Actuator:
         namespaces: Collection[str] | None = None,
         max_concurrent: int = DEFAULT_MAX_CONCURRENT,
         balloon_image: str = PAUSE_IMAGE,
+        request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
     ) -> None:
         if max_concurrent < 1:
             raise ValueError(f"max_concurrent must be >= 1, got {max_concurrent}")
         self.max_concurrent = max_concurrent
-        self._core: Any = client.CoreV1Api(api_client)
+        self._core: Any = TimedApi(client.CoreV1Api(api_client), timeout_s=request_timeout_s)
         self._scaler = scaler
         self._events = events
-        self._balloons = BalloonWriter(api_client, image=balloon_image)
+        self._balloons = BalloonWriter(
+            api_client, image=balloon_image, request_timeout_s=request_timeout_s
+        )
         self._may_write = may_write
         self._namespaces = namespaces
 

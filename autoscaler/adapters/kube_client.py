@@ -15,11 +15,13 @@ renews what is due by its own rules: an exec plugin (EKS, GKE) or GCP/OIDC token
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import yaml
 from kubernetes_asyncio import client, config
@@ -37,6 +39,26 @@ _MALFORMED = (TypeError, AttributeError, KeyError)
 # As the library's in-cluster loader and its `config.refresh_token` loop: well inside the
 # 5 minutes before expiry in which the loader renews an exec plugin's or OIDC/GCP token.
 CREDENTIAL_CHECK_INTERVAL_S = 60.0
+
+# A healthy API server answers one read or write in milliseconds. kubernetes-asyncio sets no
+# timeout of its own, so without one a call the server never answers (an overloaded
+# apiserver, a peer gone without a reset) holds its component's writes until the tick's
+# deadline abandons the whole tick.
+DEFAULT_REQUEST_TIMEOUT_S = 5.0
+
+
+class TimedApi:
+    """A kubernetes-asyncio API object (`CoreV1Api`, `CustomObjectsApi`, ...) whose every
+    call carries a request timeout; a call that runs past it raises `TimeoutError`, which
+    callers treat as no answer (the write may have landed)."""
+
+    def __init__(self, api: Any, *, timeout_s: float) -> None:
+        self._api = api
+        self._timeout_s = timeout_s
+
+    def __getattr__(self, name: str) -> Any:
+        call = getattr(self._api, name)
+        return functools.partial(call, _request_timeout=self._timeout_s)
 
 
 async def new_api_client(

@@ -20,6 +20,7 @@ from typing import Any
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from autoscaler.adapters.kube_client import DEFAULT_REQUEST_TIMEOUT_S, TimedApi
 from autoscaler.adapters.kube_errors import API_CALL_ERRORS, KubeApiError, describe, status_of
 from autoscaler.adapters.kube_objects import LWS_API_VERSION, LWS_KIND
 
@@ -29,8 +30,6 @@ REPORTING_COMPONENT = "gang-autoscaler"
 NORMAL = "Normal"
 WARNING = "Warning"
 _MAX_MESSAGE = 1024
-# An Event is a report: a slow API server must not hold a tick up for it.
-_REQUEST_TIMEOUT_S = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,8 +61,9 @@ class EventRecorder:
         *,
         instance: str | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
     ) -> None:
-        self._core: Any = client.CoreV1Api(api_client)
+        self._core: Any = TimedApi(client.CoreV1Api(api_client), timeout_s=request_timeout_s)
         self._instance = instance or socket.gethostname()
         self._clock = clock
         self._counts: dict[tuple[str, str], int] = {}
@@ -134,9 +134,7 @@ class EventRecorder:
             "reportingInstance": self._instance,
         }
         try:
-            await self._core.create_namespaced_event(
-                ref.namespace, body, _request_timeout=_REQUEST_TIMEOUT_S
-            )
+            await self._core.create_namespaced_event(ref.namespace, body)
             return True, 1
         except ApiException as err:
             if err.status != 409:
@@ -148,7 +146,6 @@ class EventRecorder:
             ref.namespace,
             {"lastTimestamp": now},
             _content_type="application/merge-patch+json",
-            _request_timeout=_REQUEST_TIMEOUT_S,
         )
         return False, int(existing.count or 1)
 
@@ -158,5 +155,4 @@ class EventRecorder:
             namespace,
             {"count": count, "lastTimestamp": now},
             _content_type="application/merge-patch+json",
-            _request_timeout=_REQUEST_TIMEOUT_S,
         )

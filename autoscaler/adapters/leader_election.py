@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import json
 import logging
 import time
@@ -35,21 +34,10 @@ from kubernetes_asyncio.leaderelection import electionconfig, leaderelection
 from kubernetes_asyncio.leaderelection.leaderelectionrecord import LeaderElectionRecord
 from kubernetes_asyncio.leaderelection.resourcelock.leaselock import LeaseLock
 
+from autoscaler.adapters.kube_client import TimedApi
 from autoscaler.adapters.kube_errors import API_CALL_ERRORS, describe
 
 log = logging.getLogger(__name__)
-
-
-class _TimeoutApi:
-    """The CoordinationV1Api with a request timeout on every call."""
-
-    def __init__(self, api: Any, *, timeout_s: float) -> None:
-        self._api = api
-        self._timeout_s = timeout_s
-
-    def __getattr__(self, name: str) -> Any:
-        call = getattr(self._api, name)
-        return functools.partial(call, _request_timeout=self._timeout_s)
 
 
 def _no_answer(err: Exception) -> ApiException:
@@ -68,7 +56,7 @@ class _TimedLeaseLock(LeaseLock):
     ) -> None:
         super().__init__(*args, **kwargs)
         self.api_instance = cast(
-            client.CoordinationV1Api, _TimeoutApi(self.api_instance, timeout_s=request_timeout_s)
+            client.CoordinationV1Api, TimedApi(self.api_instance, timeout_s=request_timeout_s)
         )
         self._clock = clock
         self.last_write_s: float | None = None
@@ -230,7 +218,7 @@ class LeaderElector:
                         limit_s)  # fmt: skip
 
     async def _try_release(self, timeout_s: float) -> None:
-        api: Any = _TimeoutApi(client.CoordinationV1Api(self._api_client), timeout_s=timeout_s)
+        api: Any = TimedApi(client.CoordinationV1Api(self._api_client), timeout_s=timeout_s)
         try:
             lease = await api.read_namespaced_lease(self._lock.name, self._lock.namespace)
             if lease.spec is None or lease.spec.holder_identity != self.identity:

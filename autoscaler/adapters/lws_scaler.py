@@ -30,6 +30,7 @@ from typing import Any
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from autoscaler.adapters.kube_client import DEFAULT_REQUEST_TIMEOUT_S, TimedApi
 from autoscaler.adapters.kube_errors import API_CALL_ERRORS, describe, status_message, status_of
 from autoscaler.adapters.kube_objects import ScaleTarget
 from autoscaler.core.model import ComponentKey
@@ -73,9 +74,14 @@ class LwsScaler:
         foreign_hold_s: float = 600.0,
         max_attempts: int = 4,
         clock: Callable[[], float] = time.monotonic,
+        request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
     ) -> None:
-        self._custom: Any = client.CustomObjectsApi(api_client)
-        self._autoscaling: Any = client.AutoscalingV2Api(api_client)
+        self._custom: Any = TimedApi(
+            client.CustomObjectsApi(api_client), timeout_s=request_timeout_s
+        )
+        self._autoscaling: Any = TimedApi(
+            client.AutoscalingV2Api(api_client), timeout_s=request_timeout_s
+        )
         self._foreign_hold_s = foreign_hold_s
         self._max_attempts = max_attempts
         self._clock = clock

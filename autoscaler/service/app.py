@@ -33,7 +33,7 @@ from typing import Any
 from kubernetes_asyncio import client
 
 from autoscaler.adapters.kube_adapter import KubeAdapter
-from autoscaler.adapters.kube_client import new_api_client
+from autoscaler.adapters.kube_client import DEFAULT_REQUEST_TIMEOUT_S, new_api_client
 from autoscaler.adapters.kube_errors import KubeAdapterError
 from autoscaler.adapters.leader_election import LeaderElector
 from autoscaler.adapters.prometheus_source import PrometheusSource
@@ -71,6 +71,14 @@ def lease_timing(lease_duration_s: float) -> tuple[int, int, int]:
     retry_s = max(1, lease_s // 7)
     renew_s = max(retry_s + 1, lease_s * 2 // 3)
     return lease_s, renew_s, retry_s
+
+
+def kube_request_timeout(deadline_s: float) -> float:
+    """Request timeout of one Kubernetes call outside the watches: a third of the tick's
+    deadline at most, so a component whose call got no answer is reported as such while the
+    tick still has time for the others and for reporting; never above the adapter's default,
+    and a second at least, which a busy API server may need even on a sub-second tick."""
+    return max(1.0, min(DEFAULT_REQUEST_TIMEOUT_S, deadline_s / 3))
 
 
 def default_identity() -> str:
@@ -167,6 +175,7 @@ class Service:
             event_instance=self.identity,
             default_annotations=settings.buffer.annotations(),
             balloon_image=settings.balloon_image,
+            request_timeout_s=kube_request_timeout(self.deadline_s),
         )
         self.prometheus = PrometheusSource(
             url=settings.prometheus_url,

@@ -363,6 +363,40 @@ async def test_a_dropped_connection_fails_one_component_and_the_others_are_still
     assert balloon_pods(kube, "llama-prefill") == []
 
 
+async def test_a_write_with_no_answer_times_out_and_the_pass_goes_on(kube, api):
+    # An API server that accepts a connection and never answers: without a timeout of its
+    # own, the write would hold its component (and the pass) until the tick's deadline.
+    adapter = KubeAdapter(api, watch_timeout_s=30, event_instance="test-0", request_timeout_s=0.5)
+    await adapter.start(sync_timeout_s=5)
+    try:
+        add_gpu_nodes(kube, 8)
+        add_pd(kube)
+        await settle(adapter, kube)
+        state = adapter.snapshot(now_s=time.time())
+        kube.inject_fault(
+            code=0, method="PATCH", path_contains="llama-decode/scale", action="stall", stall_s=30
+        )
+        kube.inject_fault(code=0, method="POST", path_contains="/pods", action="stall", stall_s=30)
+        plan = GangPlan(
+            {
+                DECODE: component_plan(DECODE, current=1, desired=2),
+                PREFILL: component_plan(PREFILL, current=1, desired=2, balloons=1),
+            }
+        )
+        report = await asyncio.wait_for(adapter.apply(plan, state, dry_run=False), timeout=10)
+    finally:
+        await adapter.close()
+
+    decode = report.components[DECODE].scale
+    assert decode.result is ScaleResult.FAILED
+    assert "no answer (TimeoutError" in decode.detail
+    assert "may have landed" in decode.detail
+    assert report.components[PREFILL].scale.result is ScaleResult.SCALED
+    assert spec_replicas(kube, "llama-prefill") == 2
+    (failed,) = report.components[PREFILL].balloons.failed
+    assert failed.startswith(f"create {NS}/llama-prefill-balloon-0-0: no answer (TimeoutError")
+
+
 async def test_a_refused_balloon_gang_is_a_warning_event_on_its_lws(kube, adapter):
     add_gpu_nodes(kube, 8)
     add_pd(kube)

@@ -24,7 +24,13 @@ from autoscaler.adapters.prometheus_source import ComponentTarget, PrometheusSou
 from autoscaler.core.decision import plan as core_plan
 from autoscaler.core.gang_plan import ComponentPlan, GangPlan, Memory, Reason
 from autoscaler.core.model import Component, ComponentKey
-from autoscaler.service.app import _stop_executor, default_identity, fit_executor, lease_timing
+from autoscaler.service.app import (
+    _stop_executor,
+    default_identity,
+    fit_executor,
+    kube_request_timeout,
+    lease_timing,
+)
 from autoscaler.service.control_loop import TickRecord, plan_isolated, seed_memory
 from autoscaler.service.decisions_view import decisions_view
 from autoscaler.service.forecasts import DemandForecasts
@@ -84,6 +90,21 @@ def test_lease_timing_keeps_renew_below_lease(lease_s: float, expected: tuple[in
     assert lease_timing(lease_s) == expected
     lease, renew, retry = expected
     assert lease > renew > 1.2 * retry  # what kubernetes-asyncio's elector requires
+
+
+@pytest.mark.parametrize(
+    ("deadline_s", "expected_s"),
+    [
+        pytest.param(15.0, 5.0, id="default-tick-gets-the-adapter-default"),
+        pytest.param(60.0, 5.0, id="long-tick-never-above-the-default"),
+        pytest.param(6.0, 2.0, id="short-tick-a-third"),
+        pytest.param(0.5, 1.0, id="sub-second-tick-one-second"),
+    ],
+)
+def test_kube_request_timeout_leaves_the_tick_time_for_the_others(
+    deadline_s: float, expected_s: float
+) -> None:
+    assert kube_request_timeout(deadline_s) == expected_s
 
 
 def test_lease_shorter_than_three_seconds_is_refused() -> None:
