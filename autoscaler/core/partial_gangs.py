@@ -20,8 +20,7 @@ class GangAges:
     timed_out: tuple[int, ...]  # group indexes not ready for longer than the timeout
     starting: tuple[int, ...]  # group indexes not ready yet, within the timeout
     top_timed_out: int  # how many of the highest group indexes in a row are timed out
-    # (group index, time first seen) of the not-ready groups whose pods cannot say since
-    # when: no pod created yet (a quota or webhook may be refusing them), or a member gone
+    # (group index, time this loop first saw it not ready) of every not-ready group
     first_seen: tuple[tuple[int, float], ...] = ()
 
 
@@ -32,22 +31,31 @@ def classify(
     now: float,
     first_seen: tuple[tuple[int, float], ...] = (),
 ) -> GangAges:
-    """Age every group below the spec that is not ready. A group whose pods give no start
-    is aged from the first tick that saw it so (`first_seen`, remembered between ticks),
-    so a group whose pods are never created times out like any other."""
+    """Age every group below the spec that is not ready, from the later of two starts: what
+    its pods say (`not_ready_since_s`) and the first tick that saw it not ready
+    (`first_seen`, remembered between ticks).
+
+    The pods' timestamps come from the API server's clock and `now` from this process's:
+    a clock running ahead of the API server's would age a gang still loading its weights
+    past its timeout and scale it away, on every scale-up. The tick's own record cannot be
+    skewed; it is also what ages a group whose pods give no start (none created yet,
+    because a quota or webhook refuses them, or a member gone), so such a group times out
+    like any other. The price: after a restart, which forgets the record, a partial gang
+    waits one more timeout before it is scaled away."""
     timed_out: list[int] = []
     starting: list[int] = []
     seen = dict(first_seen)
-    unknown: list[tuple[int, float]] = []
+    remembered: list[tuple[int, float]] = []
     by_index = {g.group_index: g for g in obs.gangs}
     for index in range(obs.spec_gangs):
         gang = by_index.get(index)
         if gang is not None and gang.state is GangState.READY:
             continue
+        first = seen.get(index, now)
+        remembered.append((index, first))
         since = gang.not_ready_since_s if gang is not None else None
-        if since is None:
-            since = seen.get(index, now)
-            unknown.append((index, since))
+        if since is None or since < first:
+            since = first
         if now - since > gang_timeout_s:
             timed_out.append(index)
         else:
@@ -58,4 +66,4 @@ def classify(
         if index not in timed:
             break
         top += 1
-    return GangAges(tuple(timed_out), tuple(starting), top, tuple(unknown))
+    return GangAges(tuple(timed_out), tuple(starting), top, tuple(remembered))

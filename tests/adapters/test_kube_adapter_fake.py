@@ -253,10 +253,12 @@ async def test_partial_decode_gang_is_scaled_away_after_its_timeout_with_an_even
         DECODE: Signals(waiting_requests=8.0, kv_usage_fraction=0.8),
     }
     observations = state.observations(signals)
-    within, _ = core_plan(observations, state.policies, {}, Memory(), now=since + 30)
+    # The loop first sees the partial gang a second after its pod was bound; it ages the gang
+    # from the later of the two, and carries that sighting from tick to tick in its memory.
+    within, memory = core_plan(observations, state.policies, {}, Memory(), now=since + 1)
     assert within.components[DECODE].desired_gangs == 2  # still within the timeout
 
-    after, _ = core_plan(observations, state.policies, {}, Memory(), now=since + 61)
+    after, _ = core_plan(observations, state.policies, {}, memory, now=since + 62)
     decode_plan = after.components[DECODE]
     assert decode_plan.rolled_back_groups == (1,)
     assert decode_plan.desired_gangs == 1
@@ -295,11 +297,11 @@ async def test_a_gang_that_served_for_days_and_fails_a_probe_is_not_rolled_back_
                 DECODE: Signals(waiting_requests=8.0, kv_usage_fraction=0.8),
             }
             observations = state.observations(signals)
-            moment, _ = core_plan(observations, state.policies, {}, Memory(), now=lost_at + 5)
+            moment, memory = core_plan(observations, state.policies, {}, Memory(), now=lost_at + 5)
             assert moment.components[DECODE].desired_gangs == 2
             assert moment.components[DECODE].rolled_back_groups == ()
             # Not ready for longer than its timeout, it is rolled back as any other.
-            later, _ = core_plan(observations, state.policies, {}, Memory(), now=lost_at + 61)
+            later, _ = core_plan(observations, state.policies, {}, memory, now=lost_at + 66)
             assert later.components[DECODE].rolled_back_groups == (1,)
         finally:
             await adapter.close()

@@ -364,7 +364,8 @@ def test_partial_gang_past_its_timeout_is_scaled_away_with_its_reason():
         kv=0.78,
         gangs=gangs_with((2, 2, None), (2, 2, None), (1, 0, NOW - 700)),
     )
-    result, _ = decide(component, policy(gang_timeout="10m"))
+    seen = ComponentMemory(not_ready_first_seen=((2, NOW - 690),))
+    result, _ = decide(component, policy(gang_timeout="10m"), memory=seen)
     assert result.desired_gangs == 2
     assert result.reason is Reason.PARTIAL_GANG_ROLLED_BACK
     assert result.rolled_back_groups == (2,)
@@ -391,7 +392,8 @@ def test_timed_out_gang_below_the_desired_count_is_reported_stuck_not_removed():
         kv=0.78,
         gangs=gangs_with((1, 0, NOW - 900), (2, 2, None), (2, 2, None)),
     )
-    result, _ = decide(component, policy(gang_timeout="10m"))
+    seen = ComponentMemory(not_ready_first_seen=((0, NOW - 900),))
+    result, _ = decide(component, policy(gang_timeout="10m"), memory=seen)
     assert result.desired_gangs == 3
     assert result.stuck_groups == (0,)
     assert result.rolled_back_groups == ()
@@ -411,6 +413,48 @@ def test_a_group_whose_pods_are_never_created_times_out_from_when_it_was_first_s
     assert result.rolled_back_groups == (2,)
     assert result.reason is Reason.PARTIAL_GANG_ROLLED_BACK
     assert after.not_ready_first_seen == ((2, NOW - 601),)  # kept until the group is ready
+
+
+@pytest.mark.parametrize(
+    ("pods_since", "first_seen", "timed_out"),
+    [
+        # this process's clock an hour ahead of the API server's: the pods look an hour
+        # old at first sight, and the gang (still loading its weights) must not go
+        pytest.param(NOW - 3600, NOW, False, id="clock-ahead-first-sight-starting"),
+        pytest.param(NOW - 3600, NOW - 601, True, id="clock-ahead-past-timeout-by-own-record"),
+        # the pods' start is later than the record (the gang lost readiness again since, or
+        # the API server's clock is ahead): the pods say
+        pytest.param(NOW - 100, NOW - 700, False, id="pods-later-than-record"),
+        pytest.param(NOW - 700, NOW - 601, True, id="both-past-timeout"),
+    ],
+)
+def test_a_gang_is_aged_from_the_later_of_its_pods_start_and_its_first_sighting(
+    pods_since, first_seen, timed_out
+):
+    component = obs(
+        ready=2,
+        spec=3,
+        waiting=8,
+        kv=0.78,
+        gangs=gangs_with((2, 2, None), (2, 2, None), (1, 0, pods_since)),
+    )
+    seen = ComponentMemory(not_ready_first_seen=((2, first_seen),))
+    result, after = decide(component, policy(gang_timeout="10m"), memory=seen)
+    assert result.rolled_back_groups == ((2,) if timed_out else ())
+    assert after.not_ready_first_seen == ((2, first_seen),)
+
+
+def test_a_gang_first_seen_not_ready_is_remembered_from_now():
+    component = obs(
+        ready=2,
+        spec=3,
+        waiting=8,
+        kv=0.78,
+        gangs=gangs_with((2, 2, None), (2, 2, None), (1, 0, NOW - 3600)),
+    )
+    result, after = decide(component, policy(gang_timeout="10m"))
+    assert result.rolled_back_groups == ()
+    assert after.not_ready_first_seen == ((2, NOW),)
 
 
 def test_a_group_once_ready_is_forgotten_by_the_first_seen_memory():
@@ -785,7 +829,8 @@ def test_every_gang_timed_out_still_rolls_back_down_to_the_minimum():
         kv=None,
         gangs=gangs_with((1, 0, NOW - 900), (1, 0, NOW - 900), (1, 0, NOW - 900)),
     )
-    result, _ = decide(component, policy(min_replicas=1, gang_timeout="10m"))
+    seen = ComponentMemory(not_ready_first_seen=tuple((i, NOW - 900) for i in range(3)))
+    result, _ = decide(component, policy(min_replicas=1, gang_timeout="10m"), memory=seen)
     assert result.desired_gangs == 1
     assert result.rolled_back_groups == (1, 2)
     assert result.stuck_groups == (0,)
