@@ -282,8 +282,23 @@ def _couple(drafts: Mapping[ComponentKey, _Draft]) -> None:
         {k: d.gangs for k, d in drafts.items()}, {k: d.policy for k, d in drafts.items()}
     )
     for key, result in coupled.items():
-        if result.reason is not None:
-            drafts[key].step("coupling", result.gangs, result.reason, result.detail)
+        if result.reason is None:
+            continue
+        d = drafts[key]
+        gangs, detail = result.gangs, result.detail
+        if result.reason is Reason.RATIO_BAND:
+            # `max-scale-up` holds for a ratio raise as for any other: a deployment found far
+            # outside its band (one prefill gang for ten decode) reaches it over a few ticks,
+            # not by starting every missing gang at once. (The deployment minimum adds one
+            # gang at most: min-replicas is a bound, applied before coupling.)
+            allowed = max(d.gangs, d.obs.spec_gangs + d.policy.max_scale_up)
+            if gangs > allowed:
+                detail = (
+                    f"{detail}; {allowed} of {gangs} this tick, at most "
+                    f"{d.policy.max_scale_up} gangs added per tick"
+                )
+                gangs = allowed
+        d.step("coupling", gangs, result.reason, detail)
 
 
 def _fit(drafts: Mapping[ComponentKey, _Draft], observations: Observations) -> None:

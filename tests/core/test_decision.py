@@ -740,6 +740,21 @@ def test_ratio_band_raises_the_short_side():
     assert p.reason is Reason.RATIO_BAND
 
 
+def test_a_ratio_raise_is_held_to_max_scale_up():
+    # One prefill gang for ten decode gangs under a 1:2-1:4 band needs three prefill gangs;
+    # with max-scale-up 1 the band is reached one gang a tick.
+    band = {"deployment": "chat", "prefill_decode_ratio": "1:2-1:4", "max_scale_up": 1}
+    p, d = pd(
+        obs("chat-p", ready=1, waiting=4, kv=0.8),
+        obs("chat-d", ready=10, waiting=40, kv=0.8),
+        prefill_policy=policy(component="prefill", **band),
+        decode_policy=policy(component="decode", **band),
+    )
+    assert d.desired_gangs == 10
+    assert (p.desired_gangs, p.reason) == (2, Reason.RATIO_BAND)
+    assert "; 2 of 3 this tick, at most 1 gangs added per tick" in p.detail
+
+
 @pytest.mark.parametrize(
     ("band", "prefill", "decode", "expected"),
     [
