@@ -226,6 +226,8 @@ class BalloonPlan:
     create_gangs: tuple[int, ...]  # gang indexes to create whole (no pod of them exists)
     broken_gangs: tuple[int, ...]  # gangs deleted for a missing, preempted or stale member
     held_gangs: int  # complete, current-shape balloon gangs kept (at most the desired count)
+    # (gang, when this process first saw it split) of every gang split now, for the next pass
+    split_seen: tuple[tuple[int, float], ...] = ()
 
     @property
     def changes(self) -> bool:
@@ -298,17 +300,19 @@ def _scheduled_at_s(pod: Obj) -> float | None:
     return None
 
 
-def _split_for(members: list[Obj], *, now_s: float) -> float:
-    """How long a gang has had members placed and others Pending, from when its first
-    member was bound (0 when it is not split, or the time is unknown): a placed member pins
-    the rest to its domain by the gang's pod affinity, and where that domain is full they
-    wait there for good, holding a node no gang can use. Time spent wholly Pending (waiting
-    for nodes) does not count."""
-    bound = [p for p in members if pod_is_bound(p)]
-    if not bound or len(bound) == len(members):
-        return 0.0
-    times = [t for t in (_scheduled_at_s(p) for p in bound) if t is not None]
-    return max(0.0, now_s - min(times)) if times else 0.0
+def _is_split(members: list[Obj]) -> bool:
+    """Some members placed and others Pending: a placed member pins the rest to its domain
+    by the gang's pod affinity, and where that domain is full they wait there for good,
+    holding a node no gang can use."""
+    bound = sum(1 for p in members if pod_is_bound(p))
+    return 0 < bound < len(members)
+
+
+def _split_since_s(members: list[Obj]) -> float | None:
+    """When a split gang's first member was bound, by its pods (None when no time is known).
+    Time spent wholly Pending (waiting for nodes) does not count."""
+    times = [t for t in (_scheduled_at_s(p) for p in members if pod_is_bound(p)) if t is not None]
+    return min(times) if times else None
 
 
 def plan_balloons(
@@ -320,6 +324,7 @@ def plan_balloons(
     digest: str,
     now_s: float | None = None,
     split_timeout_s: float | None = None,
+    split_seen: Mapping[int, float] | None = None,
 ) -> BalloonPlan:
     """Decide deletions and creations so that `desired_gangs` whole, current gangs exist.
 
@@ -330,20 +335,34 @@ def plan_balloons(
     stale-shape member is deleted whole. New gangs take the lowest numbers no pod holds (a
     gang whose pods are still terminating keeps its number until they are gone). With
     `now_s` and `split_timeout_s`, a gang split between placed and Pending members for longer
-    than the timeout counts as broken too, and is replaced.
+    than the timeout counts as broken too, and is replaced. Its split is timed from the later
+    of its first member's binding (on the API server's clock) and when this process first
+    saw it split (`split_seen`, returned in the plan for the next pass; on this clock), so a
+    clock running ahead of the API server's never replaces a gang whose worker is about to be
+    bound.
     """
     gangs, stray = _by_gang(pods, lws_name=lws_name)
+    seen = dict(split_seen or {})
+    remembered: list[tuple[int, float]] = []
+    if now_s is not None:
+        for gang, members in sorted(gangs.items()):
+            if _is_split(members):
+                remembered.append((gang, seen.get(gang, now_s)))
+    first_seen = dict(remembered)
 
-    def split_too_long(members: list[Obj]) -> bool:
-        if now_s is None or split_timeout_s is None:
+    def split_too_long(gang: int, members: list[Obj]) -> bool:
+        if now_s is None or split_timeout_s is None or gang not in first_seen:
             return False
-        return _split_for(members, now_s=now_s) > split_timeout_s
+        since = _split_since_s(members)
+        if since is None:  # no binding time to go by: no timeout, as before any sighting
+            return False
+        return now_s - max(since, first_seen[gang]) > split_timeout_s
 
     whole = [
         g
         for g, members in gangs.items()
         if _is_whole(members, pods_per_gang=pods_per_gang, digest=digest)
-        and not split_too_long(members)
+        and not split_too_long(g, members)
     ]
     keep = set(sorted(whole, key=lambda g: (not _placed(gangs[g]), g))[: max(desired_gangs, 0)])
     delete: list[str] = list(stray)
@@ -362,6 +381,7 @@ def plan_balloons(
         create_gangs=create,
         broken_gangs=tuple(broken),
         held_gangs=len(keep),
+        split_seen=tuple(remembered),
     )
 
 

@@ -120,6 +120,8 @@ class Actuator:
         )
         self._may_write = may_write
         self._namespaces = namespaces
+        # When this process first saw each balloon gang split, per component (plan_balloons)
+        self._balloon_split_seen: dict[ComponentKey, tuple[tuple[int, float], ...]] = {}
 
     def _check_leader(self) -> None:
         if not self._may_write():
@@ -173,6 +175,9 @@ class Actuator:
             balloon_pods = None
         grouped = balloons_by_lws(balloon_pods) if balloon_pods is not None else None
         out: dict[ComponentKey, ComponentApplied] = {}
+        # an LWS gone from the cluster takes its sightings with it
+        for gone in self._balloon_split_seen.keys() - state.components.keys():
+            del self._balloon_split_seen[gone]
 
         async def apply_one(key: ComponentKey, comp: ComponentState) -> None:
             plan = gang_plan.components.get(key)
@@ -322,7 +327,9 @@ class Actuator:
             digest=shape_digest(found.shape, image=self._balloons.image),
             now_s=now_s,
             split_timeout_s=None if found.policy is None else found.policy.gang_timeout_s,
+            split_seen=dict(self._balloon_split_seen.get(key, ())),
         )
+        self._balloon_split_seen[key] = balloon_plan.split_seen
         result: BalloonResult | None = None
         if balloon_plan.changes and not dry:
             self._check_leader()

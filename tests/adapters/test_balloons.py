@@ -195,30 +195,38 @@ def _scheduled(pods, when, *names):
 
 
 @pytest.mark.parametrize(
-    ("bound", "bound_for_s", "replaced"),
+    ("bound", "bound_for_s", "seen_for_s", "replaced"),
     [
-        pytest.param(("vllm-balloon-0-0",), 700, True, id="split-past-the-timeout"),
-        pytest.param(("vllm-balloon-0-0",), 500, False, id="split-within-the-timeout"),
-        pytest.param(("vllm-balloon-0-0",), 5, False, id="waited-for-nodes-then-bound"),
-        pytest.param((), 700, False, id="all-pending-waits-for-nodes"),
+        pytest.param(("vllm-balloon-0-0",), 700, 690, True, id="split-past-the-timeout"),
+        pytest.param(("vllm-balloon-0-0",), 500, 490, False, id="split-within-the-timeout"),
+        pytest.param(("vllm-balloon-0-0",), 5, 0, False, id="waited-for-nodes-then-bound"),
+        pytest.param((), 700, None, False, id="all-pending-waits-for-nodes"),
+        # this process's clock an hour ahead of the API server's: the binding looks an hour
+        # old the first time the split is seen; its own record decides
+        pytest.param(("vllm-balloon-0-0",), 3600, None, False, id="clock-ahead-first-sight"),
+        pytest.param(("vllm-balloon-0-0",), 3600, 601, True, id="clock-ahead-own-record-past"),
+        # bound later than the record says (the API server's clock ahead): the binding decides
+        pytest.param(("vllm-balloon-0-0",), 100, 700, False, id="bound-later-than-record"),
     ],
 )
 def test_a_gang_split_between_a_placed_and_a_pending_member_is_replaced(
-    bound, bound_for_s, replaced
+    bound, bound_for_s, seen_for_s, replaced
 ):
     """The leader took the last free node of a full rack; the worker, held to that rack by
     the gang's affinity, waits there for good, and the buffer counted the gang as held. The
     clock starts when the first member was bound: a gang that waited 20 minutes for nodes
-    and just got its first one is not split for 20 minutes."""
+    and just got its first one is not split for 20 minutes; and no earlier than this process
+    first saw the split, since the binding time is on the API server's clock."""
     lws = _lws()
     start_s = datetime.fromisoformat("2026-11-22T01:00:00+00:00").timestamp()
-    now_s = start_s + 1200
+    now_s = start_s + 4000
     bound_at = datetime.fromtimestamp(now_s - bound_for_s, tz=UTC).isoformat()
     pods = _existing(lws, [0])
     for pod in pods:
         pod["metadata"]["creationTimestamp"] = "2026-11-22T01:00:00Z"
     pods = _scheduled(pods, bound_at.replace("+00:00", "Z"), *bound)
     shape = gang_shape_from_lws(lws)
+    seen = {} if seen_for_s is None else {0: now_s - seen_for_s}
     plan = plan_balloons(
         pods,
         lws_name="vllm",
@@ -227,6 +235,7 @@ def test_a_gang_split_between_a_placed_and_a_pending_member_is_replaced(
         digest=shape_digest(shape, image=PAUSE_IMAGE),
         now_s=now_s,
         split_timeout_s=600,
+        split_seen=seen,
     )
     if replaced:
         assert plan.broken_gangs == (0,) and plan.held_gangs == 0
@@ -234,6 +243,10 @@ def test_a_gang_split_between_a_placed_and_a_pending_member_is_replaced(
         assert plan.create_gangs == (1,)
     else:
         assert not plan.changes and plan.held_gangs == 1
+    if bound:  # split now: the sighting is carried to the next pass, the first one from now
+        assert plan.split_seen == ((0, seen.get(0, now_s)),)
+    else:
+        assert plan.split_seen == ()
 
 
 def test_a_broken_gang_never_costs_a_placed_one():

@@ -1054,6 +1054,59 @@ async def test_a_watch_gone_silent_is_given_up_counted_from_the_silence_and_reli
         await _stop(task)
 
 
+async def test_a_split_balloon_gang_is_timed_by_this_process_not_the_api_servers_clock():
+    """The API server's clock is an hour behind this process's: a balloon gang whose worker
+    waits for a full rack looks split for an hour the first time it is seen. It is replaced
+    only once this process has itself seen it split for longer than gang-timeout."""
+    behind = dt.timedelta(hours=1)
+    async with (
+        FakeKube.start(
+            bookmark_interval_s=0.1, clock=lambda: dt.datetime.now(dt.UTC) - behind
+        ) as kube,
+        kube.api_client() as api,
+    ):
+        adapter = KubeAdapter(api, watch_timeout_s=30, event_instance="test-0")
+        await adapter.start(sync_timeout_s=5)
+        await adapter.ensure_priority_class()
+        try:
+            # racks r0 (gpu-0, gpu-1), r1 (gpu-2, gpu-3), r2 (gpu-4 alone); the real gang
+            # takes one whole rack, a balloon gang the other, and a second balloon gang's
+            # leader the lone node of r2, where its worker can never follow
+            add_gpu_nodes(kube, 5)
+            decode_exclusive(kube, replicas=1)
+            key = ComponentKey(NS, "llama-decode")
+            await settle(adapter, kube)
+            plan = GangPlan({key: component_plan(key, current=1, desired=1, balloons=2)})
+            first = await adapter.apply(plan, adapter.snapshot(now_s=time.time()), dry_run=False)
+            assert first.components[key].balloons.created_gangs == (0, 1)
+            bound = {
+                p["metadata"]["name"]: p["spec"].get("nodeName")
+                for p in balloon_pods(kube, "llama-decode")
+            }
+            split = [
+                g
+                for g in (0, 1)
+                if bool(bound[f"llama-decode-balloon-{g}-0"])
+                != bool(bound[f"llama-decode-balloon-{g}-1"])
+            ]
+            assert len(split) == 1, bound
+
+            await settle(adapter, kube)
+            now = time.time()
+            seen = await adapter.apply(plan, adapter.snapshot(now_s=now), dry_run=False)
+            assert (
+                seen.components[key].balloons is None
+                or seen.components[key].balloons.broken_gangs == ()
+            )
+            assert len(balloon_pods(kube, "llama-decode")) == 4
+
+            await settle(adapter, kube)
+            later = await adapter.apply(plan, adapter.snapshot(now_s=now + 601), dry_run=False)
+            assert later.components[key].balloons.broken_gangs == tuple(split)
+        finally:
+            await adapter.close()
+
+
 async def test_core_plan_drives_buffer_and_scale_up_end_to_end(kube, adapter):
     """snapshot -> core plan -> apply, three ticks: the forecast's upper bound asks for
     balloons, a real scale-up takes their capacity, and the buffer is rebuilt whole."""
