@@ -53,6 +53,7 @@ from autoscaler.adapters.kube_objects import (
     pod_is_bound,
     pod_is_finished,
 )
+from autoscaler.core.partial_gangs import aged_from
 from autoscaler.core.shape import GangShape, PodShape, Resources, subtract_resources
 
 log = logging.getLogger(__name__)
@@ -353,10 +354,7 @@ def plan_balloons(
     def split_too_long(gang: int, members: list[Obj]) -> bool:
         if now_s is None or split_timeout_s is None or gang not in first_seen:
             return False
-        since = _split_since_s(members)
-        if since is None:  # no binding time to go by: no timeout, as before any sighting
-            return False
-        return now_s - max(since, first_seen[gang]) > split_timeout_s
+        return now_s - aged_from(_split_since_s(members), first_seen[gang]) > split_timeout_s
 
     whole = [
         g

@@ -123,6 +123,12 @@ class Actuator:
         # When this process first saw each balloon gang split, per component (plan_balloons)
         self._balloon_split_seen: dict[ComponentKey, tuple[tuple[int, float], ...]] = {}
 
+    def forget_balloon_sightings(self) -> None:
+        """Start a leadership term from what is observed: another leader may have replaced
+        balloon gangs since this instance last looked, and a gang now under an old number is
+        not the one seen split then."""
+        self._balloon_split_seen.clear()
+
     def _check_leader(self) -> None:
         if not self._may_write():
             raise NotLeader("this instance does not hold the leader Lease; not writing")

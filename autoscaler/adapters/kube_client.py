@@ -57,8 +57,10 @@ class TimedApi:
         self._timeout_s = timeout_s
 
     def __getattr__(self, name: str) -> Any:
-        call = getattr(self._api, name)
-        return functools.partial(call, _request_timeout=self._timeout_s)
+        value = getattr(self._api, name)
+        if not callable(value):
+            return value  # e.g. `api_client`
+        return functools.partial(value, _request_timeout=self._timeout_s)
 
 
 async def new_api_client(

@@ -31,7 +31,13 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from autoscaler.adapters.kube_client import DEFAULT_REQUEST_TIMEOUT_S, TimedApi
-from autoscaler.adapters.kube_errors import API_CALL_ERRORS, describe, status_message, status_of
+from autoscaler.adapters.kube_errors import (
+    API_CALL_ERRORS,
+    KubeAdapterError,
+    describe,
+    status_message,
+    status_of,
+)
 from autoscaler.adapters.kube_objects import ScaleTarget
 from autoscaler.core.model import ComponentKey
 
@@ -56,6 +62,10 @@ class ScaleOutcome:
     to_gangs: int
     conflicts: int = 0  # 409s met (and resolved, when result is SCALED)
     detail: str = ""
+
+
+class HpaUnknown(KubeAdapterError):
+    """Whether an HPA targets a scale target cannot be told: the list got no answer."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +115,10 @@ class LwsScaler:
         self, key: ComponentKey, target: ScaleTarget | None = None
     ) -> str | None:
         """Name of an HPA whose scaleTargetRef is `target` (by default the LWS), if any (None
-        also when the autoscaling/v2 API is not served)."""
+        also when the autoscaling/v2 API is not served, or answers with an error, e.g. RBAC
+        without the HPA list). Raises `HpaUnknown` when the list got no answer at all: an API
+        server that does not answer cannot say there is no HPA, and writing then would fight
+        one."""
         target = target or ScaleTarget.lws(key.lws)
         try:
             hpas = await self._autoscaling.list_namespaced_horizontal_pod_autoscaler(
@@ -120,6 +133,11 @@ class LwsScaler:
             finally:
                 hpas.release()
         except API_CALL_ERRORS as err:
+            if status_of(err) is None:
+                raise HpaUnknown(
+                    f"listing HorizontalPodAutoscalers in {key.namespace}: {describe(err)}; "
+                    f"cannot tell whether one targets {target}"
+                ) from err
             log.warning("cannot list HPAs in %s: %s", key.namespace, describe(err))
             return None
         for hpa in body.get("items") or []:
@@ -168,7 +186,10 @@ class LwsScaler:
         held = self.holding(key)
         if held:
             return outcome(ScaleResult.OTHER_WRITER, held)
-        hpa = await self.hpa_targeting(key, target)
+        try:
+            hpa = await self.hpa_targeting(key, target)
+        except HpaUnknown as err:
+            return outcome(ScaleResult.FAILED, str(err))
         if hpa:
             detail = f"HorizontalPodAutoscaler {key.namespace}/{hpa} targets {target}"
             return outcome(ScaleResult.OTHER_WRITER, detail)

@@ -264,7 +264,7 @@ def _draft(
             "rate_limit",
             limited,
             Reason.SCALE_UP_RATE_LIMITED,
-            f"at most {policy.max_scale_up} gangs added per tick",
+            _rate_limit(policy),
         )
     draft.memory = replace(draft.memory, proposals=history)
 
@@ -274,6 +274,11 @@ def _draft(
     elif draft.gangs < policy.min_replicas:
         draft.step("bounds", policy.min_replicas, Reason.MIN_REPLICAS)
     return draft
+
+
+def _rate_limit(policy: Policy) -> str:
+    n = policy.max_scale_up
+    return f"at most {n} gang{'' if n == 1 else 's'} added per tick"
 
 
 def _couple(drafts: Mapping[ComponentKey, _Draft]) -> None:
@@ -291,12 +296,12 @@ def _couple(drafts: Mapping[ComponentKey, _Draft]) -> None:
             # outside its band (one prefill gang for ten decode) reaches it over a few ticks,
             # not by starting every missing gang at once. (The deployment minimum adds one
             # gang at most: min-replicas is a bound, applied before coupling.)
-            allowed = max(d.gangs, d.obs.spec_gangs + d.policy.max_scale_up)
+            limited = limit_scale_up(
+                gangs, current_gangs=d.obs.spec_gangs, max_scale_up=d.policy.max_scale_up
+            )
+            allowed = max(d.gangs, limited)
             if gangs > allowed:
-                detail = (
-                    f"{detail}; {allowed} of {gangs} this tick, at most "
-                    f"{d.policy.max_scale_up} gangs added per tick"
-                )
+                detail = f"{detail}; {allowed} of {gangs} this tick, {_rate_limit(d.policy)}"
                 gangs = allowed
         d.step("coupling", gangs, result.reason, detail)
 

@@ -24,6 +24,14 @@ class GangAges:
     first_seen: tuple[tuple[int, float], ...] = ()
 
 
+def aged_from(reported_s: float | None, first_seen_s: float) -> float:
+    """The start a wait is timed from: the later of what the API server's objects report
+    (on its clock; None when they say nothing) and when this loop first saw it (on its own),
+    so a clock running ahead of the API server's never makes a wait look longer than it
+    has been seen to last."""
+    return first_seen_s if reported_s is None else max(reported_s, first_seen_s)
+
+
 def classify(
     obs: ComponentObservation,
     *,
@@ -53,9 +61,7 @@ def classify(
             continue
         first = seen.get(index, now)
         remembered.append((index, first))
-        since = gang.not_ready_since_s if gang is not None else None
-        if since is None or since < first:
-            since = first
+        since = aged_from(gang.not_ready_since_s if gang is not None else None, first)
         if now - since > gang_timeout_s:
             timed_out.append(index)
         else:

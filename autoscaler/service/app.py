@@ -226,6 +226,7 @@ class Service:
         and balloon gangs left partial by a crash are removed (the plan recreates them whole)."""
         log.info("%s is the leader; preparing to act", self.identity)
         self.kube.scaler.forget_writes()
+        self.kube.actuator.forget_balloon_sightings()
         try:
             await self.kube.ensure_priority_class()
         except KubeAdapterError as err:

@@ -249,6 +249,27 @@ def test_a_gang_split_between_a_placed_and_a_pending_member_is_replaced(
         assert plan.split_seen == ()
 
 
+@pytest.mark.parametrize(("seen_for_s", "replaced"), [(601, True), (599, False)])
+def test_a_split_gang_whose_pods_give_no_binding_time_is_timed_from_its_sighting(
+    seen_for_s, replaced
+):
+    lws = _lws()
+    pods = _bind(_existing(lws, [0]), "vllm-balloon-0-0")  # bound, no PodScheduled condition
+    shape = gang_shape_from_lws(lws)
+    now_s = 1_800_000_000.0
+    plan = plan_balloons(
+        pods,
+        lws_name="vllm",
+        desired_gangs=1,
+        pods_per_gang=shape.pods_per_gang,
+        digest=shape_digest(shape, image=PAUSE_IMAGE),
+        now_s=now_s,
+        split_timeout_s=600,
+        split_seen={0: now_s - seen_for_s},
+    )
+    assert plan.broken_gangs == ((0,) if replaced else ())
+
+
 def test_a_broken_gang_never_costs_a_placed_one():
     """A real pod preempts gang 0 as the buffer drops from 2 to 1: the placed gang 1 stays.
     Keeping gangs by number deleted both and left the buffer Pending, a node lead time."""

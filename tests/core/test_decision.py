@@ -752,7 +752,7 @@ def test_a_ratio_raise_is_held_to_max_scale_up():
     )
     assert d.desired_gangs == 10
     assert (p.desired_gangs, p.reason) == (2, Reason.RATIO_BAND)
-    assert "; 2 of 3 this tick, at most 1 gangs added per tick" in p.detail
+    assert "; 2 of 3 this tick, at most 1 gang added per tick" in p.detail
 
 
 @pytest.mark.parametrize(
