@@ -132,7 +132,8 @@ def _existing(lws, gangs, *, drop=(), terminating=(), digest_of=None, image=PAUS
     return pods
 
 
-def _plan(lws, pods, desired, *, image=PAUSE_IMAGE):
+def _plan(lws, pods, desired, *, image=PAUSE_IMAGE, **timing):
+    """`timing`: plan_balloons's now_s, split_timeout_s and split_seen."""
     shape = gang_shape_from_lws(lws)
     return plan_balloons(
         pods,
@@ -140,6 +141,7 @@ def _plan(lws, pods, desired, *, image=PAUSE_IMAGE):
         desired_gangs=desired,
         pods_per_gang=shape.pods_per_gang,
         digest=shape_digest(shape, image=image),
+        **timing,
     )
 
 
@@ -225,18 +227,8 @@ def test_a_gang_split_between_a_placed_and_a_pending_member_is_replaced(
     for pod in pods:
         pod["metadata"]["creationTimestamp"] = "2026-11-22T01:00:00Z"
     pods = _scheduled(pods, bound_at.replace("+00:00", "Z"), *bound)
-    shape = gang_shape_from_lws(lws)
     seen = {} if seen_for_s is None else {0: now_s - seen_for_s}
-    plan = plan_balloons(
-        pods,
-        lws_name="vllm",
-        desired_gangs=1,
-        pods_per_gang=shape.pods_per_gang,
-        digest=shape_digest(shape, image=PAUSE_IMAGE),
-        now_s=now_s,
-        split_timeout_s=600,
-        split_seen=seen,
-    )
+    plan = _plan(lws, pods, 1, now_s=now_s, split_timeout_s=600, split_seen=seen)
     if replaced:
         assert plan.broken_gangs == (0,) and plan.held_gangs == 0
         assert plan.delete_pods == ("vllm-balloon-0-0", "vllm-balloon-0-1")
@@ -255,18 +247,8 @@ def test_a_split_gang_whose_pods_give_no_binding_time_is_timed_from_its_sighting
 ):
     lws = _lws()
     pods = _bind(_existing(lws, [0]), "vllm-balloon-0-0")  # bound, no PodScheduled condition
-    shape = gang_shape_from_lws(lws)
     now_s = 1_800_000_000.0
-    plan = plan_balloons(
-        pods,
-        lws_name="vllm",
-        desired_gangs=1,
-        pods_per_gang=shape.pods_per_gang,
-        digest=shape_digest(shape, image=PAUSE_IMAGE),
-        now_s=now_s,
-        split_timeout_s=600,
-        split_seen={0: now_s - seen_for_s},
-    )
+    plan = _plan(lws, pods, 1, now_s=now_s, split_timeout_s=600, split_seen={0: now_s - seen_for_s})
     assert plan.broken_gangs == ((0,) if replaced else ())
 
 

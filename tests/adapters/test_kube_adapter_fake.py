@@ -13,7 +13,7 @@ import copy
 import datetime as dt
 import functools
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import pytest
@@ -365,30 +365,48 @@ async def test_a_dropped_connection_fails_one_component_and_the_others_are_still
     assert balloon_pods(kube, "llama-prefill") == []
 
 
-async def test_a_write_with_no_answer_times_out_and_the_pass_goes_on(kube, api):
-    # An API server that accepts a connection and never answers: without a timeout of its
-    # own, the write would hold its component (and the pass) until the tick's deadline.
-    adapter = KubeAdapter(api, watch_timeout_s=30, event_instance="test-0", request_timeout_s=2)
+async def apply_against_silence(
+    kube: FakeKube,
+    api: client.ApiClient,
+    plan: GangPlan,
+    *,
+    request_timeout_s: float,
+    silent: Sequence[tuple[str, str]],
+) -> Any:
+    """Apply `plan` to a PD deployment while the API server accepts each (method, path
+    fragment) in `silent` and never answers it (for a minute, far past every timeout)."""
+    adapter = KubeAdapter(
+        api, watch_timeout_s=30, event_instance="test-0", request_timeout_s=request_timeout_s
+    )
     await adapter.start(sync_timeout_s=5)
     try:
         add_gpu_nodes(kube, 8)
         add_pd(kube)
         await settle(adapter, kube)
         state = adapter.snapshot(now_s=time.time())
-        kube.inject_fault(
-            code=0, method="PATCH", path_contains="llama-decode/scale", action="stall", stall_s=60
-        )
-        kube.inject_fault(code=0, method="POST", path_contains="/pods", action="stall", stall_s=60)
-        plan = GangPlan(
-            {
-                DECODE: component_plan(DECODE, current=1, desired=2),
-                PREFILL: component_plan(PREFILL, current=1, desired=2, balloons=1),
-            }
-        )
-        report = await asyncio.wait_for(adapter.apply(plan, state, dry_run=False), timeout=30)
+        for method, path in silent:
+            kube.inject_fault(code=0, method=method, path_contains=path, action="stall", stall_s=60)
+        return await asyncio.wait_for(adapter.apply(plan, state, dry_run=False), timeout=30)
     finally:
         await adapter.close()
 
+
+async def test_a_write_with_no_answer_times_out_and_the_pass_goes_on(kube, api):
+    # Without a timeout of its own, the write would hold its component (and the pass) until
+    # the tick's deadline.
+    plan = GangPlan(
+        {
+            DECODE: component_plan(DECODE, current=1, desired=2),
+            PREFILL: component_plan(PREFILL, current=1, desired=2, balloons=1),
+        }
+    )
+    report = await apply_against_silence(
+        kube,
+        api,
+        plan,
+        request_timeout_s=2,
+        silent=[("PATCH", "llama-decode/scale"), ("POST", "/pods")],
+    )
     decode = report.components[DECODE].scale
     assert decode.result is ScaleResult.FAILED
     assert "no answer (TimeoutError" in decode.detail
@@ -401,24 +419,10 @@ async def test_a_write_with_no_answer_times_out_and_the_pass_goes_on(kube, api):
 
 async def test_an_hpa_list_with_no_answer_writes_nothing(kube, api):
     # No answer cannot say there is no HPA on the LWS; writing anyway would fight one.
-    adapter = KubeAdapter(api, watch_timeout_s=30, event_instance="test-0", request_timeout_s=1)
-    await adapter.start(sync_timeout_s=5)
-    try:
-        add_gpu_nodes(kube, 8)
-        add_pd(kube)
-        await settle(adapter, kube)
-        state = adapter.snapshot(now_s=time.time())
-        kube.inject_fault(
-            code=0,
-            method="GET",
-            path_contains="horizontalpodautoscalers",
-            action="stall",
-            stall_s=60,
-        )
-        plan = GangPlan({DECODE: component_plan(DECODE, current=1, desired=2)})
-        report = await asyncio.wait_for(adapter.apply(plan, state, dry_run=False), timeout=30)
-    finally:
-        await adapter.close()
+    plan = GangPlan({DECODE: component_plan(DECODE, current=1, desired=2)})
+    report = await apply_against_silence(
+        kube, api, plan, request_timeout_s=1, silent=[("GET", "horizontalpodautoscalers")]
+    )
     outcome = report.components[DECODE].scale
     assert outcome.result is ScaleResult.FAILED
     assert "cannot tell whether one targets" in outcome.detail
