@@ -254,7 +254,9 @@ async def test_a_prometheus_that_hangs_cannot_stall_the_loop(
         await wait_until(lambda: running.service.loop.ticks >= 5, timeout_s=10, what="5 ticks")
         record = running.service.loop.last
         assert record is not None
-        assert record.duration_s < running.service.deadline_s + 0.2
+        # Cut off at the deadline, far short of the 30 s the queries would take; the margin
+        # is for a loaded machine, where cancelling and recording the tick takes a while.
+        assert record.duration_s < running.service.deadline_s + 5
         status, health = await running.get("/healthz")
         assert status == 200, health
         _, body = await running.get("/decisions")
