@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from autoscaler.core.buffer import balloon_gangs
+from autoscaler.core.burst import BurstFactor, burst_factor, remember_demand
 from autoscaler.core.capacity import capacity_per_gang, gangs_for_demand, learn_capacity
 from autoscaler.core.coupling import couple_deployment, functional_minimum
 from autoscaler.core.fit import GrowthRequest, allocate_growth
@@ -58,6 +59,7 @@ class _Draft:
     memory: ComponentMemory
     capacity: float | None
     need: int  # the proposal before limits, remembered at a scale-up
+    burst: BurstFactor  # spread of the recent demand readings, for the forecast floor
     forecast: Forecast | None = None  # a usable one (finite point and bound), else None
     forgotten_capacity: float | None = None  # learned for another gang template
     steps: list[Step] = field(default_factory=list)
@@ -164,6 +166,7 @@ def _draft(
         ratio = min(ratio, 1.0 / policy.target_kv_cache)
     learned = learn_capacity(previous, obs, usage_ratio=ratio)
     capacity = capacity_per_gang(policy, learned)
+    demand_samples = remember_demand(memory.demand_samples, obs.signals.demand, now=now)
     draft = _Draft(
         obs=obs,
         policy=policy,
@@ -176,9 +179,11 @@ def _draft(
             learned_capacity_per_gang=learned,
             learned_template=obs.template,
             not_ready_first_seen=ages.first_seen,
+            demand_samples=demand_samples,
         ),
         capacity=capacity,
         need=current,
+        burst=burst_factor(demand_samples),
         forecast=forecast,
         forgotten_capacity=None if same_template else memory.learned_capacity_per_gang,
     )
@@ -201,13 +206,15 @@ def _draft(
     # raise, and there is nothing to lower).
     readable = not proposal.no_data or current == 0
     if policy.forecast and forecast is not None and capacity is not None and readable:
-        floor = gangs_for_demand(forecast.point, capacity)
+        burst = draft.burst
+        floor = gangs_for_demand(forecast.point * burst.value, capacity)
         if floor > draft.gangs:
             draft.step(
                 "forecast",
                 floor,
                 Reason.FORECAST_FLOOR,
-                f"forecast {forecast.point:g} in {forecast.horizon_s:g}s at {capacity:g} per gang",
+                f"forecast {forecast.point:g} in {forecast.horizon_s:g}s, {burst.detail}, at "
+                f"{capacity:g} per gang",
             )
     # Step 2, at zero gangs: requests waiting in front of the deployment (a gateway's queue)
     # bring it back to its minimum; its own pods, having none, can say nothing.
@@ -471,6 +478,7 @@ def plan(
                 stuck_groups=stuck,
                 capacity_per_gang=d.capacity,
                 forgotten_capacity_per_gang=d.forgotten_capacity,
+                burst_factor=d.burst.value,
                 detail=_detail(d),
             )
             memories[key] = d.memory

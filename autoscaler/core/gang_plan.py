@@ -83,6 +83,8 @@ class ComponentPlan:
     capacity_per_gang: float | None = None
     # a capacity per gang learned for another gang template, dropped by this plan
     forgotten_capacity_per_gang: float | None = None
+    # the spread of the recent demand readings the forecast floor planned for (burst.py)
+    burst_factor: float | None = None
     detail: str = ""
 
     @property
@@ -108,8 +110,10 @@ class ComponentMemory:
     # the proposal that caused the last scale-up, so gangs still starting are not stacked
     # on unless the need grew beyond it
     last_scale_up_need: int | None = None
-    # (group index, time first seen) of not-ready groups whose pods give no start time
+    # (group index, time this loop first saw it not ready) of every not-ready group
     not_ready_first_seen: tuple[tuple[int, float], ...] = ()
+    # (time_s, demand) readings of the last half hour, for the forecast floor's burst factor
+    demand_samples: tuple[tuple[float, float], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

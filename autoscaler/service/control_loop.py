@@ -553,6 +553,7 @@ class ControlLoop:
                 capacity_per_gang=plan.capacity_per_gang,
                 forecast_demand=forecast.point if forecast else None,
                 forecast_demand_upper=forecast.upper if forecast else None,
+                burst_factor=plan.burst_factor,
             )
             identity = identities.get(key)
             if identity is not None:

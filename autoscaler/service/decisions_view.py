@@ -101,6 +101,7 @@ def plan_view(plan: ComponentPlan | None) -> dict[str, Any] | None:
         "balloon_reason": plan.balloon_reason.value,
         "capacity_per_gang": _number(plan.capacity_per_gang),
         "forgotten_capacity_per_gang": _number(plan.forgotten_capacity_per_gang),
+        "burst_factor": _number(plan.burst_factor),
         "rolled_back_groups": list(plan.rolled_back_groups),
         "stuck_groups": list(plan.stuck_groups),
         "steps": [

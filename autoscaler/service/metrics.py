@@ -131,6 +131,13 @@ class ServiceMetrics:
             COMPONENT_LABELS,
             registry=r,
         )
+        self.burst_factor = Gauge(
+            PREFIX + "burst_factor",
+            "Spread of the last 30 minutes of demand readings (their p90 over their mean, "
+            "1 to 3) that the forecast floor plans for.",
+            COMPONENT_LABELS,
+            registry=r,
+        )
         # Labelled with what the value is valid for: a restarted instance reads it back
         # for the same LWS object and demand query only.
         learned_labels = [*COMPONENT_LABELS, "lws", *IDENTITY_LABELS]
@@ -248,6 +255,7 @@ class ServiceMetrics:
         capacity_per_gang: float | None,
         forecast_demand: float | None,
         forecast_demand_upper: float | None,
+        burst_factor: float | None = None,
     ) -> None:
         """Set every gauge of one component from one tick; None removes that series."""
         self.component_info.labels(*labels.values(), labels.lws).set(1)
@@ -262,6 +270,7 @@ class ServiceMetrics:
             (self.capacity_per_gang, capacity_per_gang),
             (self.forecast_demand, forecast_demand),
             (self.forecast_demand_upper, forecast_demand_upper),
+            (self.burst_factor, burst_factor),
         ):
             _set_or_remove(gauge, labels.values(), value)
 
@@ -317,6 +326,7 @@ class ServiceMetrics:
             self.capacity_per_gang,
             self.forecast_demand,
             self.forecast_demand_upper,
+            self.burst_factor,
         ):
             _remove(gauge, labels.values())
 

@@ -113,16 +113,17 @@ class GangPolicySettings(_Settings):
     decode: dict[str, str] = Field(default_factory=dict)
     unified: dict[str, str] = Field(default_factory=dict)
     # capacity-per-replica defaults to these shares of a gang's measured capacity
+    # The headroom for bursts is the forecast floor's burst factor, read from the traffic
+    # (core/burst.py); these leave a tenth of a gang beyond it.
     prefill_target_utilization: float = Field(
-        default=0.65,
+        default=0.9,
         gt=0,
         le=1,
         description="capacity-per-replica of prefill and unified gangs as a share of what one "
-        "serves saturated: headroom for the bursts within a minute that the minute's mean "
-        "rate does not show, since a prompt burst queues in front of every first token",
+        "serves saturated",
     )
     decode_target_utilization: float = Field(
-        default=0.8,
+        default=0.9,
         gt=0,
         le=1,
         description="capacity-per-replica of decode gangs as a share of what one serves saturated",

@@ -34,6 +34,7 @@ def _observe(metrics: ServiceMetrics, **overrides: float | None) -> None:
         "capacity_per_gang": 500.0,
         "forecast_demand": 1500.0,
         "forecast_demand_upper": 2100.0,
+        "burst_factor": 1.42,
     }
     values.update(overrides)
     metrics.observe_component(DECODE, **values)  # type: ignore[arg-type]
@@ -49,6 +50,7 @@ def test_component_gauges_carry_namespace_deployment_component() -> None:
     assert samples[("gang_autoscaler_desired_gangs", LABELS)] == 3
     assert samples[("gang_autoscaler_partial_gangs", LABELS)] == 1
     assert samples[("gang_autoscaler_forecast_demand_upper", LABELS)] == 2100.0
+    assert samples[("gang_autoscaler_burst_factor", LABELS)] == 1.42
     info = LABELS | {("lws", "llama-d")}
     assert samples[("gang_autoscaler_component_info", info)] == 1
 

@@ -128,8 +128,8 @@ def test_gang_policy_drives_the_real_core() -> None:
 
 def test_gang_policy_plans_from_the_forecaster_it_is_given() -> None:
     # a forecaster that always expects 1.3M prompt tokens/s: at the prefill capacity per
-    # gang (26,000 tokens/s) the forecast floor asks for 50 gangs, which the default
-    # forecaster on this calm slice never does
+    # gang (36,000 tokens/s) and the burst factor of the slice's readings the forecast floor
+    # asks for more than 36 gangs, which the default forecaster on this calm slice never does
     from autoscaler.sim.engine import simulate
     from forecasting.baselines import Persistence
     from forecasting.models import make_forecaster
@@ -155,8 +155,12 @@ def test_gang_policy_plans_from_the_forecaster_it_is_given() -> None:
     floors = {
         p: [s.gangs for s in plan.steps if s.stage == "forecast"] for p, plan in plans.items()
     }
-    assert floors["model-prefill"] == [50]
-    assert 50 not in floors["model-decode"]  # decode plans from its own, default forecaster
+    prefill = plans["model-prefill"]
+    assert prefill.capacity_per_gang == 36_000.0
+    assert prefill.burst_factor is not None and prefill.burst_factor > 1
+    wanted = math.ceil(1.3e6 * prefill.burst_factor / 36_000.0)
+    assert floors["model-prefill"] == [wanted]
+    assert wanted not in floors["model-decode"]  # decode plans from its own, default forecaster
 
 
 def test_cli_writes_the_design_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
