@@ -119,8 +119,15 @@ class GangPolicySettings(_Settings):
         default=0.9,
         gt=0,
         le=1,
-        description="capacity-per-replica of prefill and unified gangs as a share of what one "
-        "serves saturated",
+        description="capacity-per-replica of prefill gangs as a share of what one serves saturated",
+    )
+    unified_target_utilization: float = Field(
+        default=0.8,
+        gt=0,
+        le=1,
+        description="capacity-per-replica of unified gangs as a share of what one serves "
+        "saturated: its decode batch takes prefill capacity as it fills, so a burst of "
+        "prompts costs a unified gang more than its share of a saturated minute",
     )
     decode_target_utilization: float = Field(
         default=0.9,

@@ -147,8 +147,8 @@ def target_waiting(workload: Workload, settings: SimSettings) -> dict[str, float
 
 def gang_capacity(workload: Workload, settings: SimSettings) -> dict[str, float]:
     """The `capacity-per-replica` an operator would measure, per component: the share
-    `gang.prefill_target_utilization` (prefill, unified) or `gang.decode_target_utilization`
-    (decode) of what one gang serves when saturated with this trace's
+    `gang.prefill_target_utilization`, `gang.decode_target_utilization` or
+    `gang.unified_target_utilization` of what one gang serves when saturated with this trace's
     requests, in the unit of the component's demand signal (prompt tokens/s for prefill and
     unified, generated tokens/s for decode).
 
@@ -160,11 +160,10 @@ def gang_capacity(workload: Workload, settings: SimSettings) -> dict[str, float]
     prefill_tokens_per_s * (1 - interference * u) prompt tokens/s.
     """
     serving, pods = settings.serving, settings.cluster.pods_per_gang
-    share = settings.gang.prefill_target_utilization
     prefill = serving.prefill_tokens_per_s(pods)
     if settings.mode != "unified":
         decode = serving.decode_tokens_per_s(pods) * settings.gang.decode_target_utilization
-        return {"prefill": prefill * share, "decode": decode}
+        return {"prefill": prefill * settings.gang.prefill_target_utilization, "decode": decode}
     slots = serving.max_sequences(pods)
     mean_prompt = float(workload.prompt_tokens().sum() / workload.total_requests)
     mean_output = float(workload.generated_tokens().sum() / workload.total_requests)
@@ -172,7 +171,9 @@ def gang_capacity(workload: Workload, settings: SimSettings) -> dict[str, float]
     interference = serving.unified_decode_interference
     a = prefill * hold_s / (mean_prompt * slots)
     full = min(a / (1.0 + interference * a), 1.0)
-    return {"unified": prefill * (1.0 - interference * full) * share}
+    return {
+        "unified": prefill * (1.0 - interference * full) * settings.gang.unified_target_utilization
+    }
 
 
 def build_controllers(

@@ -612,7 +612,7 @@ def test_unified_capacity_per_gang_is_what_a_saturated_unified_gang_serves(step_
     # generated tokens/s over 512 slots) each holds its slot 10 s. Saturated, a unified gang
     # admits 40,000 (1 - 0.5 u) / 1,000 requests a second, so u = a / (1 + 0.5 a) of its
     # slots are full with a = 40,000 x 10 / (1,000 x 512) = 0.78125: u = 0.5618, and it
-    # serves 40,000 x (1 - 0.2809) = 28,764 prompt tokens/s; at target (90 %) 25,888.
+    # serves 40,000 x (1 - 0.2809) = 28,764 prompt tokens/s; at target (80 %) 23,011.
     seconds = 400
     workload = Workload(
         name="saturating",
@@ -624,7 +624,7 @@ def test_unified_capacity_per_gang_is_what_a_saturated_unified_gang_serves(step_
     )
     settings = SimSettings(mode="unified", step_s=step_s, tick_s=5.0)
     capacity = gang_capacity(workload, settings)
-    assert capacity == {"unified": pytest.approx(25_887.6, rel=1e-4)}
+    assert capacity == {"unified": pytest.approx(23_011.2, rel=1e-4)}
     assert gang_capacity(workload, SimSettings()) == {"prefill": 36_000.0, "decode": 21_600.0}
     n_steps = round(seconds / step_s)
     serving = Serving(workload, settings, n_steps=n_steps)
@@ -634,6 +634,6 @@ def test_unified_capacity_per_gang_is_what_a_saturated_unified_gang_serves(step_
     first, last = round(200 / step_s), n_steps
     served = serving.served_curve[last] - serving.served_curve[first]
     measured = served / ((last - first) * settings.step_s)
-    assert measured * settings.gang.prefill_target_utilization == pytest.approx(
+    assert measured * settings.gang.unified_target_utilization == pytest.approx(
         capacity["unified"], rel=0.02
     )
