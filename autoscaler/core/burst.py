@@ -4,7 +4,7 @@ The forecast floor plans for the demand signal, a one-minute rate, at its foreca
 Around that level the readings move from minute to minute, and for a component whose
 first tokens wait in a queue, the minutes above the level are the ones that miss. How far
 they move is a property of the traffic: an hour of a production chat service spreads its
-minutes to about 1.5 times their mean, a code assistant's bursts to nearly 3, and a large
+minutes to about 1.4 times their mean, a code assistant's bursts to over 2, and a large
 service's merged clients stay within a few percent. So the floor is raised by the traffic's
 own spread, read from the last half hour of readings (one per tick): a quantile of them
 over their mean, between 1 and `MAX_BURST_FACTOR`. Until a few minutes of readings exist
