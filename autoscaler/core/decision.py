@@ -60,6 +60,7 @@ class _Draft:
     capacity: float | None
     need: int  # the proposal before limits, remembered at a scale-up
     burst: BurstFactor  # spread of the recent demand readings, for the forecast floor
+    burst_applied: bool = False  # the forecast floor was computed with it this tick
     forecast: Forecast | None = None  # a usable one (finite point and bound), else None
     forgotten_capacity: float | None = None  # learned for another gang template
     steps: list[Step] = field(default_factory=list)
@@ -207,6 +208,7 @@ def _draft(
     readable = not proposal.no_data or current == 0
     if policy.forecast and forecast is not None and capacity is not None and readable:
         burst = draft.burst
+        draft.burst_applied = True
         floor = gangs_for_demand(forecast.point * burst.value, capacity)
         if floor > draft.gangs:
             draft.step(
@@ -478,7 +480,7 @@ def plan(
                 stuck_groups=stuck,
                 capacity_per_gang=d.capacity,
                 forgotten_capacity_per_gang=d.forgotten_capacity,
-                burst_factor=d.burst.value,
+                burst_factor=d.burst.value if d.burst_applied else None,
                 detail=_detail(d),
             )
             memories[key] = d.memory

@@ -83,7 +83,8 @@ class ComponentPlan:
     capacity_per_gang: float | None = None
     # a capacity per gang learned for another gang template, dropped by this plan
     forgotten_capacity_per_gang: float | None = None
-    # the spread of the recent demand readings the forecast floor planned for (burst.py)
+    # the spread of the recent demand readings the forecast floor planned for (burst.py);
+    # None when no floor was computed (forecast off or missing, no capacity per gang)
     burst_factor: float | None = None
     detail: str = ""
 
