@@ -9,10 +9,12 @@ traces that is about 1.4 for an hour of a production chat service, 2.3 for a cod
 assistant's bursts and silences, and 1.05-1.07 for a large service's merged clients.
 
 It is a measure of how much the demand moved in the last half hour, level changes
-included: after a step to twice the load it reads about 1.5 until the old level leaves the
-window, and a component that sat idle and then takes traffic reads up to the cap, since
-silence followed by load is the pattern the factor exists for. Readings are kept at most one
-per `READING_INTERVAL_S`, so a fast tick costs no more than the default one. Until
+included: after a step to twice the load it reads 2 / (1 + f), f the share of the window's
+readings taken at the new load (about 1.8 early on, 1.5 after 10 minutes, 1 once the old
+level has left the window); a component that sat idle and then takes traffic reads 1 for
+the first 3 minutes of load, the cap of 3 until about 10 minutes, then 1 / f down to 1,
+since silence followed by load is the pattern the factor exists for. Readings are kept at
+most one per `READING_INTERVAL_S`, so a fast tick costs little more than the default one. Until
 `MIN_BURST_SAMPLES` readings exist (after a start) the factor is 1: a restart of the service
 must not order gangs before it has read the traffic's spread.
 
@@ -31,8 +33,9 @@ BURST_WINDOW_S = 1800.0
 # more GPU-hours for no attainment it needed (docs/results.md).
 BURST_QUANTILE = 0.9
 MAX_BURST_FACTOR = 3.0
-# One reading per default tick at most: 120 readings fill the window.
-READING_INTERVAL_S = 15.0
+# Readings at least this far apart: every 15-second tick's, whatever its jitter (a tick a few
+# milliseconds early in its slot is still kept), and at most 180 in the window at any tick.
+READING_INTERVAL_S = 10.0
 # Two minutes of readings: fewer say little about a spread.
 MIN_BURST_SAMPLES = 8
 
@@ -53,7 +56,9 @@ def remember_demand(
     """The (time, demand) readings of the last `window_s`, this tick's added when it was
     read (a missing or non-finite reading adds nothing) and the last kept reading is at
     least `READING_INTERVAL_S` old."""
-    kept = tuple((t, d) for t, d in samples if now - t < window_s)
+    # a reading stamped after `now` is from before the clock was stepped back: drop it, or
+    # it would hold back every new one
+    kept = tuple((t, d) for t, d in samples if 0 <= now - t < window_s)
     if demand is None or not math.isfinite(demand) or demand < 0:
         return kept
     if kept and now - kept[-1][0] < READING_INTERVAL_S:

@@ -50,12 +50,26 @@ def test_the_window_keeps_half_an_hour_and_skips_unreadable_demand():
         assert remember_demand(old, unreadable, now=NOW) == ((NOW - 1799, 6.0),)
 
 
-def test_a_fast_tick_keeps_one_reading_per_15_seconds():
+def test_a_fast_tick_keeps_one_reading_per_10_seconds():
     samples: tuple[tuple[float, float], ...] = ()
     for tick in range(3600):  # half an hour of 500 ms ticks
         samples = remember_demand(samples, float(tick), now=NOW + tick * 0.5)
+    assert len(samples) == 180
+    assert [t - NOW for t, _ in samples[:3]] == [0.0, 10.0, 20.0]
+
+
+def test_every_default_tick_is_kept_whatever_its_jitter():
+    # 15-second ticks that start up to 2 ms early or late in their slot
+    samples: tuple[tuple[float, float], ...] = ()
+    for tick in range(200):
+        jitter = 0.002 * (-1) ** tick
+        samples = remember_demand(samples, 1.0, now=NOW + 15 * tick + jitter)
     assert len(samples) == 120
-    assert [t - NOW for t, _ in samples[:3]] == [0.0, 15.0, 30.0]
+
+
+def test_readings_from_before_the_clock_stepped_back_are_dropped():
+    future = ((NOW + 60, 5.0),)
+    assert remember_demand(future, 7.0, now=NOW) == ((NOW, 7.0),)
 
 
 def test_the_floor_plans_for_the_spread_of_the_readings():
