@@ -162,7 +162,8 @@ def deployment_dashboard() -> dict[str, Any]:
             1,
             "Demand vs forecast vs capacity",
             "Demand arriving now (served plus queue growth), the forecast one lead time ahead "
-            "(point and upper bound) and the capacity of the ready gangs, per component, in "
+            "(point and upper bound), the forecast times the traffic's burst factor (what the "
+            "forecast floor plans for) and the capacity of the ready gangs, per component, in "
             "the demand signal's unit (tokens/s by default). Upper bound above capacity is "
             "what the balloon buffer covers.",
             [
@@ -174,6 +175,11 @@ def deployment_dashboard() -> dict[str, Any]:
                 (
                     f"max by (component) (gang_autoscaler_forecast_demand_upper{{{s}}})",
                     "{{component}} forecast upper",
+                ),
+                (
+                    f"max by (component) (gang_autoscaler_forecast_demand{{{s}}})\n"
+                    f"  * max by (component) (gang_autoscaler_burst_factor{{{s}}})",
+                    "{{component}} forecast x burst factor",
                 ),
                 (
                     f"max by (component) (gang_autoscaler_capacity_per_gang{{{s}}})\n"

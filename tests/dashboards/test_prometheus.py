@@ -106,6 +106,7 @@ class ServiceStandIn:
                 capacity_per_gang=2500.0,
                 forecast_demand=4200.0,
                 forecast_demand_upper=5600.0,
+                burst_factor=1.4,
             )
             m.observe_component(
                 DECODE,
@@ -119,6 +120,7 @@ class ServiceStandIn:
                 capacity_per_gang=300.0,
                 forecast_demand=1000.0,
                 forecast_demand_upper=1300.0,
+                burst_factor=1.1,
             )
             m.observe_component(
                 OTHER,

@@ -101,6 +101,7 @@ def test_per_deployment_view_has_the_variables_and_panels_the_issue_asks_for() -
         "gang_autoscaler_demand",
         "gang_autoscaler_forecast_demand",
         "gang_autoscaler_forecast_demand_upper",
+        "gang_autoscaler_burst_factor",
         "gang_autoscaler_capacity_per_gang",
         "gang_autoscaler_desired_gangs",
         "gang_autoscaler_ready_gangs",
