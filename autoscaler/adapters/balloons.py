@@ -343,7 +343,7 @@ def plan_balloons(
     bound.
     """
     gangs, stray = _by_gang(pods, lws_name=lws_name)
-    seen = dict(split_seen or {})
+    seen = split_seen or {}
     remembered: list[tuple[int, float]] = []
     if now_s is not None:
         for gang, members in sorted(gangs.items()):

@@ -59,10 +59,10 @@ class _Draft:
     memory: ComponentMemory
     capacity: float | None
     need: int  # the proposal before limits, remembered at a scale-up
-    burst: BurstFactor  # spread of the recent demand readings, for the forecast floor
-    burst_applied: bool = False  # the forecast floor was computed with it this tick
     forecast: Forecast | None = None  # a usable one (finite point and bound), else None
     forgotten_capacity: float | None = None  # learned for another gang template
+    # the spread of the recent demand readings, read only when the forecast floor is computed
+    burst: BurstFactor | None = None
     steps: list[Step] = field(default_factory=list)
 
     def step(self, stage: str, gangs: int, reason: Reason, detail: str = "") -> None:
@@ -184,7 +184,6 @@ def _draft(
         ),
         capacity=capacity,
         need=current,
-        burst=burst_factor(demand_samples),
         forecast=forecast,
         forgotten_capacity=None if same_template else memory.learned_capacity_per_gang,
     )
@@ -207,8 +206,7 @@ def _draft(
     # raise, and there is nothing to lower).
     readable = not proposal.no_data or current == 0
     if policy.forecast and forecast is not None and capacity is not None and readable:
-        burst = draft.burst
-        draft.burst_applied = True
+        burst = draft.burst = burst_factor(demand_samples)
         floor = gangs_for_demand(forecast.point * burst.value, capacity)
         if floor > draft.gangs:
             draft.step(
@@ -480,7 +478,7 @@ def plan(
                 stuck_groups=stuck,
                 capacity_per_gang=d.capacity,
                 forgotten_capacity_per_gang=d.forgotten_capacity,
-                burst_factor=d.burst.value if d.burst_applied else None,
+                burst_factor=d.burst.value if d.burst is not None else None,
                 detail=_detail(d),
             )
             memories[key] = d.memory
