@@ -15,8 +15,9 @@ the upper bound is at least the point.
 This is a planning forecast, not an estimate of the mean: it is biased upwards on purpose,
 and scores worse than `state_space` on accuracy (docs/forecasting.md). It buys SLO
 attainment with capacity (docs/results.md). Below two days of history (what the state-space
-model needs to fit) persistence stands in, unraised, as for `state_space`; the envelope
-itself needs a day plus `level_s`.
+model needs to fit) persistence stands in, as for `state_space`, and is raised to the
+envelope as the model's point is; the envelope itself needs a day plus `level_s`, so below
+that persistence stands in unraised.
 """
 
 from __future__ import annotations
@@ -54,7 +55,14 @@ class SeasonalEnvelope(DailyStateSpace):
         self.level_windows = max(1, round(level_s / self.step_s))
 
     def _model_forecast(self, steps: int) -> tuple[float, float]:
-        point, upper = super()._model_forecast(steps)
+        return self._raised(*super()._model_forecast(steps), steps=steps)
+
+    def _fallback(self, steps: int, last: float) -> tuple[float, float]:
+        # Between one and two days of history the state-space model cannot fit yet, but a
+        # past day's peaks are already known: persistence is raised to them as the model is.
+        return self._raised(*super()._fallback(steps, last), steps=steps)
+
+    def _raised(self, point: float, upper: float, *, steps: int) -> tuple[float, float]:
         envelope = self.envelope(steps)
         if envelope is None:
             return point, upper

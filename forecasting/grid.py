@@ -136,8 +136,12 @@ class GridForecaster(abc.ABC):
                 if math.isfinite(point) and math.isfinite(upper):
                     return point, upper, None
                 reason = "model forecast was not finite"
-        point, upper = self._persistence(steps, last)
+        point, upper = self._fallback(steps, last)
         return point, upper, reason
+
+    def _fallback(self, steps: int, last: float) -> tuple[float, float]:
+        """What stands in while the model cannot forecast: persistence."""
+        return self._persistence(steps, last)
 
     def _persistence(self, steps: int, last: float) -> tuple[float, float]:
         values = self._history.array()

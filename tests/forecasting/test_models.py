@@ -163,6 +163,33 @@ def test_seasonal_envelope_needs_a_past_day() -> None:
     envelope = make_forecaster("seasonal_envelope", step_s=STEP_S)
     envelope.fit(Series(history.timestamps_s[:100], history.values[:100]))
     assert envelope.envelope(4) is None  # type: ignore[attr-defined]
+    forecast = envelope.forecast(4 * STEP_S)
+    assert forecast is not None and forecast.fallback_reason is not None
+    assert forecast.point == pytest.approx(100.0)  # persistence, nothing to raise it to
+
+
+@pytest.mark.parametrize(
+    ("steps", "expected"),
+    [
+        pytest.param(4, 450.0, id="yesterdays-step-scaled-by-today"),
+        pytest.param(1, 150.0, id="no-step-within-10-minutes-stays-persistence"),
+    ],
+)
+def test_seasonal_envelope_raises_persistence_before_the_model_can_fit(
+    steps: int, expected: float
+) -> None:
+    """Between one and two days the state-space model has too little history to fit, but
+    yesterday's step is known: the persistence that stands in is raised to it."""
+    values = np.full(DAY_WINDOWS + 51, 100.0)
+    values[54:60] = 300.0
+    values[DAY_WINDOWS:] = 150.0
+    envelope = make_forecaster("seasonal_envelope", step_s=STEP_S)
+    envelope.fit(Series((np.arange(values.size) + 1) * STEP_S, values))
+    forecast = envelope.forecast(steps * STEP_S)
+    assert forecast is not None
+    assert forecast.fallback_reason is not None and "needs at least" in forecast.fallback_reason
+    assert forecast.point == pytest.approx(expected)
+    assert forecast.upper >= forecast.point
 
 
 def _envelope_of(values: np.ndarray, steps: int = 4) -> float | None:
