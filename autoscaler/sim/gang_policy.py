@@ -72,10 +72,6 @@ def default_annotations(
         # gangs through a gap costs less than starting them again 8 minutes late
         "scale-down-window": "10m",
     }
-    if component != "decode":
-        # one balloon gang always held: the next prefill gang skips node provisioning and
-        # serves within start-up time when demand ramps faster than the forecast saw
-        annotations["min-buffer"] = "1"
     if component == "prefill":
         # Measured on every shared trace in PD mode (docs/results.md): one gang per tick (4 a
         # minute) instead of 2 stops a burst of seconds from ordering gangs that serve a lead
