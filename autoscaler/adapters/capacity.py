@@ -21,7 +21,12 @@ from autoscaler.adapters.kube_objects import (
     pod_is_finished,
 )
 from autoscaler.core.model import ClusterObservation, NodeCapacity, Taint
-from autoscaler.core.shape import QuantityError, parse_quantity, pod_shape_from_spec
+from autoscaler.core.shape import (
+    EXCLUSIVE_TOPOLOGY_ANNOTATION,
+    QuantityError,
+    parse_quantity,
+    pod_shape_from_spec,
+)
 
 
 def is_balloon(pod: Obj) -> bool:
@@ -59,6 +64,7 @@ def node_capacities(nodes: Iterable[Obj], pods: Iterable[Obj]) -> tuple[NodeCapa
     """One `NodeCapacity` per node, sorted by node name."""
     used: dict[str, dict[str, int]] = {}
     lws_namespaces: dict[str, set[str]] = {}
+    exclusive_lws: dict[str, set[tuple[str, str]]] = {}
     for pod in pods:
         node_name = (pod.get("spec") or {}).get("nodeName")
         if not node_name or pod_is_finished(pod) or is_balloon(pod):
@@ -66,6 +72,10 @@ def node_capacities(nodes: Iterable[Obj], pods: Iterable[Obj]) -> tuple[NodeCapa
         if GROUP_KEY_LABEL in labels(pod):
             namespace = str(meta(pod).get("namespace", ""))
             lws_namespaces.setdefault(str(node_name), set()).add(namespace)
+            # LWS copies the annotation onto its pods and keys the anti-affinity on it
+            topology_key = (meta(pod).get("annotations") or {}).get(EXCLUSIVE_TOPOLOGY_ANNOTATION)
+            if topology_key:
+                exclusive_lws.setdefault(str(node_name), set()).add((namespace, topology_key))
         # A terminating pod still holds its resources until the kubelet lets it go.
         bucket = used.setdefault(str(node_name), {})
         for resource, amount in pod_requests(pod).items():
@@ -90,6 +100,7 @@ def node_capacities(nodes: Iterable[Obj], pods: Iterable[Obj]) -> tuple[NodeCapa
                 taints=taints,
                 schedulable=_schedulable(node),
                 lws_namespaces=frozenset(lws_namespaces.get(node_name, ())),
+                exclusive_lws=frozenset(exclusive_lws.get(node_name, ())),
             )
         )
     return tuple(sorted(out, key=lambda n: n.name))

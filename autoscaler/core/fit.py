@@ -2,7 +2,9 @@
 
 A gang fits only if every one of its pods fits on some node it may run on, all in one
 topology domain when the LWS names an exclusive topology key, and then in a domain of its own:
-LWS's exclusive placement keeps every other group of the namespace out of it. Two nodes
+LWS's exclusive placement keeps every other group of the namespace out of it. That binds a
+gang without an exclusive topology too: none of its pods may join a domain where an
+exclusive gang of its namespace runs. Two nodes
 with 4 free GPUs each do not hold a gang of two 8-GPU pods, however many GPUs are free in
 total.
 
@@ -76,17 +78,36 @@ def can_run_on(pod: PodShape, node: NodeCapacity) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class Room:
-    """What is left for new gangs: free resources per node, and the topology domains that
-    gangs placed in this pass have taken."""
+    """What is left for new gangs: free resources per node, and where gangs placed in this
+    pass went."""
 
     free: FreeByNode
     # (namespace, topology key, domain): an exclusive topology holds one gang of a namespace
-    # per domain (LWS's own anti-affinity)
+    # per domain, and keeps the namespace's other gangs out of it (LWS's own anti-affinity)
     taken: frozenset[tuple[str, str, str]] = frozenset()
+    # (namespace, node): nodes where this pass placed a pod of the namespace, as a bound pod
+    # would be reported in `NodeCapacity.lws_namespaces`
+    occupied: frozenset[tuple[str, str]] = frozenset()
 
     @classmethod
     def of(cls, nodes: Sequence[NodeCapacity]) -> Room:
         return cls(free={n.name: dict(n.free) for n in nodes})
+
+
+def _exclusive_domains(
+    namespace: str, nodes: Sequence[NodeCapacity], room: Room
+) -> set[tuple[str, str]]:
+    """The (topology key, domain) pairs an exclusively placed gang of `namespace` holds, bound
+    there or placed in this pass: no other gang of the namespace may put a pod in them,
+    whether or not it is exclusive itself (the scheduler enforces a bound pod's required
+    anti-affinity against incoming pods too)."""
+    held = {(key, value) for ns, key, value in room.taken if ns == namespace}
+    for node in nodes:
+        for ns, key in node.exclusive_lws:
+            value = node.labels.get(key)
+            if ns == namespace and value is not None:
+                held.add((key, value))
+    return held
 
 
 def _domains(
@@ -109,10 +130,11 @@ def _pod_size(pod: PodShape) -> tuple[int, int, int]:
 
 def _best_fit(
     pods: Sequence[PodShape], domain: Sequence[NodeCapacity], free: FreeByNode
-) -> FreeByNode | None:
+) -> tuple[FreeByNode, set[str]] | None:
     """The domain's room after placing `pods` in this order, each on the eligible node it
-    leaves fullest; None when one of them finds no node."""
+    leaves fullest, and the nodes used; None when one of them finds no node."""
     trial = {n.name: dict(free[n.name]) for n in domain}
+    used = set()
     for pod in pods:
         candidates = [n for n in domain if can_run_on(pod, n) and fits(pod.requests, trial[n.name])]
         if not candidates:
@@ -126,7 +148,8 @@ def _best_fit(
             ),
         )
         trial[best.name] = subtract_resources(trial[best.name], pod.requests)
-    return trial
+        used.add(best.name)
+    return trial, used
 
 
 def place_gang(
@@ -135,8 +158,9 @@ def place_gang(
     """Room left after placing one more gang of `namespace`, or None when it does not fit.
 
     Pods go largest first, each to the eligible node it leaves fullest (best fit), which
-    keeps whole nodes free for the next gang. With an exclusive topology, a domain that
-    holds a gang of the same namespace (bound there, or placed in this pass) is skipped.
+    keeps whole nodes free for the next gang. No pod goes into a domain an exclusive gang of
+    the namespace holds. With an exclusive topology of its own, a domain where the namespace
+    has a pod (bound there, or placed in this pass) is skipped.
     """
     largest_first = sorted(shape.pods, key=_pod_size, reverse=True)
     # Best fit in one order can strand a pod that another order places (a leader that
@@ -146,21 +170,29 @@ def place_gang(
     if shape.leader != shape.worker:
         orders.append(largest_first[::-1])
     key = shape.topology_key
+    held = _exclusive_domains(namespace, nodes, room)
     for value, domain in _domains(shape, nodes):
-        if key is not None and value is not None:
-            if (namespace, key, value) in room.taken:
-                continue
-            if any(namespace in n.lws_namespaces for n in domain):
-                continue
-        tries = (_best_fit(order, domain, room.free) for order in orders)
-        trial = next((t for t in tries if t is not None), None)
-        if trial is not None:
+        if (
+            key is not None
+            and value is not None
+            and any(
+                namespace in n.lws_namespaces or (namespace, n.name) in room.occupied
+                for n in domain
+            )
+        ):
+            continue
+        usable = [n for n in domain if not any(n.labels.get(k) == v for k, v in held)]
+        tries = (_best_fit(order, usable, room.free) for order in orders)
+        placed = next((t for t in tries if t is not None), None)
+        if placed is not None:
+            trial, used = placed
             free = dict(room.free)
             free.update(trial)
             taken = room.taken
             if key is not None and value is not None:
                 taken = taken | {(namespace, key, value)}
-            return Room(free=free, taken=taken)
+            occupied = room.occupied | {(namespace, name) for name in used}
+            return Room(free=free, taken=taken, occupied=occupied)
     return None
 
 

@@ -128,6 +128,10 @@ class NodeCapacity:
     # is a required anti-affinity, within a namespace, against every other group's pods: a
     # gang with an exclusive topology cannot join a domain where its namespace has a gang.
     lws_namespaces: frozenset[str] = frozenset()
+    # (namespace, topology key) of the exclusively placed LWS pods bound here. Their
+    # anti-affinity keeps every other group of the namespace out of this node's domain under
+    # that key, a gang without an exclusive topology of its own too.
+    exclusive_lws: frozenset[tuple[str, str]] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)

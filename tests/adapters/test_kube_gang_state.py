@@ -149,3 +149,21 @@ def test_taints_and_cordon_are_reported():
     (cap,) = node_capacities([node], [])
     assert not cap.schedulable
     assert cap.taints[0].key == "nvidia.com/gpu" and cap.taints[0].effect == "NoSchedule"
+
+
+def test_lws_pods_and_exclusive_placement_are_reported_per_node():
+    """LWS labels every pod of a group with its group key and copies the LWS's
+    exclusive-topology annotation onto it; balloons and pods of other owners carry neither."""
+    nodes = [gpu_node("node-a"), gpu_node("node-b"), gpu_node("node-c")]
+    exclusive = lws_pod("prefill", 0, 0, node="node-a")
+    exclusive["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/group-key"] = "k0"
+    exclusive["metadata"]["annotations"] = {
+        "leaderworkerset.sigs.k8s.io/exclusive-topology": "topology.kubernetes.io/zone"
+    }
+    shared = lws_pod("decode", 0, 0, node="node-b", namespace="batch")
+    shared["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/group-key"] = "k1"
+    caps = {c.name: c for c in node_capacities(nodes, [exclusive, shared, _balloon("node-c")])}
+    assert caps["node-a"].lws_namespaces == {"serving"}
+    assert caps["node-a"].exclusive_lws == {("serving", "topology.kubernetes.io/zone")}
+    assert caps["node-b"].lws_namespaces == {"batch"} and caps["node-b"].exclusive_lws == set()
+    assert caps["node-c"].lws_namespaces == set() and caps["node-c"].exclusive_lws == set()

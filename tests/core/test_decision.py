@@ -554,6 +554,36 @@ def test_no_scale_up_stacks_on_starting_gangs_unless_the_need_grew(
             1,
             id="no-free-domain-no-gang",
         ),
+        pytest.param(
+            (
+                replace(
+                    node("a", gpus=8, zone="z1"),
+                    lws_namespaces=frozenset({"serving"}),
+                    exclusive_lws=frozenset({("serving", "zone")}),
+                ),
+                node("b", gpus=8, zone="z1"),
+                node("c", gpus=8, zone="z2"),
+                node("d", gpus=8, zone="z2"),
+            ),
+            shape(pods_per_gang=2, gpus=8),
+            2,
+            id="a-gang-without-exclusive-topology-stays-out-of-an-exclusive-gangs-domain",
+        ),
+        pytest.param(
+            (
+                replace(
+                    node("a", gpus=8, zone="z1"),
+                    lws_namespaces=frozenset({"batch"}),
+                    exclusive_lws=frozenset({("batch", "zone")}),
+                ),
+                node("b", gpus=8, zone="z1"),
+                node("c", gpus=8, zone="z2"),
+                node("d", gpus=8, zone="z2"),
+            ),
+            shape(pods_per_gang=2, gpus=8),
+            3,
+            id="another-namespaces-exclusive-gang-keeps-no-one-out",
+        ),
     ],
 )
 def test_scale_up_is_capped_at_what_fits_when_the_cluster_cannot_grow(

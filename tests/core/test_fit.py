@@ -1,0 +1,47 @@
+"""Placement of one more gang (`place_gang`): exclusive topologies within one pass."""
+
+from __future__ import annotations
+
+from autoscaler.core.fit import Room, place_gang
+from tests.core.builders import node, shape
+
+# two zones of two 16-GPU nodes; a gang is two 8-GPU pods, and best fit puts both on one node
+NODES = tuple(
+    node(name, gpus=16, zone=zone)
+    for name, zone in zip("abcd", ["z1", "z1", "z2", "z2"], strict=True)
+)
+EXCLUSIVE = shape(pods_per_gang=2, gpus=8, topology_key="zone")
+SHARED = shape(pods_per_gang=2, gpus=8)
+
+
+def _nodes_used(before: Room, after: Room | None) -> set[str]:
+    assert after is not None
+    return {name for name in after.free if after.free[name] != before.free[name]}
+
+
+def test_an_exclusive_gang_placed_in_this_pass_keeps_its_namespace_out_of_its_domain():
+    start = Room.of(NODES)
+    exclusive = place_gang(EXCLUSIVE, NODES, start, namespace="serving")
+    assert _nodes_used(start, exclusive) == {"a"}
+    assert exclusive is not None and ("serving", "zone", "z1") in exclusive.taken
+    # b, in z1, has room for the whole gang, but the namespace's pods may not join z1
+    shared = place_gang(SHARED, NODES, exclusive, namespace="serving")
+    assert _nodes_used(exclusive, shared) == {"c"}
+    # the exclusive gang's anti-affinity is its namespace's: another namespace may use b
+    other = place_gang(SHARED, NODES, exclusive, namespace="batch")
+    assert _nodes_used(exclusive, other) == {"b"}
+
+
+def test_a_gang_placed_in_this_pass_keeps_exclusive_gangs_of_its_namespace_out():
+    start = Room.of(NODES)
+    shared = place_gang(SHARED, NODES, start, namespace="serving")
+    assert shared is not None and shared.occupied == {("serving", "a")}
+    exclusive = place_gang(EXCLUSIVE, NODES, shared, namespace="serving")
+    assert _nodes_used(shared, exclusive) == {"c"}
+    # z1 holds a pod of the namespace, z2 its exclusive gang: no domain left for another
+    assert exclusive is not None
+    assert place_gang(EXCLUSIVE, NODES, exclusive, namespace="serving") is None
+    # another namespace's exclusive gang may still take z1's free node
+    assert _nodes_used(exclusive, place_gang(EXCLUSIVE, NODES, exclusive, namespace="batch")) == {
+        "b"
+    }
