@@ -15,9 +15,10 @@ the upper bound is at least the point.
 This is a planning forecast, not an estimate of the mean: it is biased upwards on purpose,
 and scores worse than `state_space` on accuracy (docs/forecasting.md). It buys SLO
 attainment with capacity (docs/results.md). Below two days of history (what the state-space
-model needs to fit) persistence stands in, as for `state_space`, and is raised to the
-envelope as the model's point is; the envelope itself needs a day plus `level_s`, so below
-that persistence stands in unraised.
+model needs to fit), and whenever else the model cannot forecast (a failed fit, a flat
+series), persistence stands in, as for `state_space`, and is raised to the envelope as the
+model's point is; the envelope itself needs a day plus `level_s`, so below that persistence
+stands in unraised.
 """
 
 from __future__ import annotations
@@ -58,8 +59,8 @@ class SeasonalEnvelope(DailyStateSpace):
         return self._raised(*super()._model_forecast(steps), steps=steps)
 
     def _fallback(self, steps: int, last: float) -> tuple[float, float]:
-        # Between one and two days of history the state-space model cannot fit yet, but a
-        # past day's peaks are already known: persistence is raised to them as the model is.
+        # Whatever keeps the model from forecasting (between one and two days of history,
+        # above all), the past days' peaks are known: persistence is raised to them too.
         return self._raised(*super()._fallback(steps, last), steps=steps)
 
     def _raised(self, point: float, upper: float, *, steps: int) -> tuple[float, float]:

@@ -4,9 +4,10 @@ A gang fits only if every one of its pods fits on some node it may run on, all i
 topology domain when the LWS names an exclusive topology key, and then in a domain of its own:
 LWS's exclusive placement keeps every other group of the namespace out of it. That binds a
 gang without an exclusive topology too: none of its pods may join a domain where an
-exclusive gang of its namespace runs. Two nodes
-with 4 free GPUs each do not hold a gang of two 8-GPU pods, however many GPUs are free in
-total.
+exclusive gang of its namespace runs. Two nodes with 4 free GPUs each do not hold a gang of
+two 8-GPU pods, however many GPUs are free in total. Subgroup exclusive placement
+(`leaderworkerset.sigs.k8s.io/subgroup-exclusive-topology`, each subgroup in a domain of its
+own) is not modelled: such a gang is fitted as if its subgroups could share a domain.
 
 Growth is handed out in deployment order: first every deployment below its minimum gets its
 minimum (all components together, or none of them), then remaining scale-ups one gang at a

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from autoscaler.core.fit import Room, place_gang
+from autoscaler.core.model import NodeCapacity
 from tests.core.builders import node, shape
 
 # two zones of two 16-GPU nodes; a gang is two 8-GPU pods, and best fit puts both on one node
@@ -45,3 +48,28 @@ def test_a_gang_placed_in_this_pass_keeps_exclusive_gangs_of_its_namespace_out()
     assert _nodes_used(exclusive, place_gang(EXCLUSIVE, NODES, exclusive, namespace="batch")) == {
         "b"
     }
+
+
+def _bound_exclusive(name: str, **labels: str) -> NodeCapacity:
+    """A node running an exclusive gang of "serving" placed by zone, with room to spare."""
+    return replace(
+        node(name, gpus=16, **labels),
+        lws_namespaces=frozenset({"serving"}),
+        exclusive_lws=frozenset({("serving", "zone")}),
+    )
+
+
+def test_a_bound_exclusive_gang_holds_its_zone_against_another_key_and_not_unlabeled_nodes():
+    nodes = (
+        _bound_exclusive("a", zone="z1", rack="r1"),
+        node("b", gpus=16, zone="z1", rack="r2"),
+        node("c", gpus=16, zone="z2", rack="r3"),
+    )
+    start = Room.of(nodes)
+    # by rack: r1 runs a pod of the namespace, r2 is in the held zone, r3 is free
+    by_rack = shape(pods_per_gang=2, gpus=8, topology_key="rack")
+    assert _nodes_used(start, place_gang(by_rack, nodes, start, namespace="serving")) == {"c"}
+    # a node without the zone label is in no zone, so no exclusive gang holds it
+    unlabeled = (nodes[0], nodes[1], node("d", gpus=16))
+    start = Room.of(unlabeled)
+    assert _nodes_used(start, place_gang(SHARED, unlabeled, start, namespace="serving")) == {"d"}

@@ -171,8 +171,10 @@ def test_seasonal_envelope_needs_a_past_day() -> None:
 @pytest.mark.parametrize(
     ("steps", "expected"),
     [
-        pytest.param(4, 450.0, id="yesterdays-step-scaled-by-today"),
-        pytest.param(1, 150.0, id="no-step-within-10-minutes-stays-persistence"),
+        # today's last hour averages 950 / 6 against 100 at that hour yesterday
+        pytest.param(4, 300.0 * 950 / 600, id="yesterdays-step-scaled-by-today"),
+        # the envelope (100 x 950 / 600) is below the last window: persistence is the larger
+        pytest.param(1, 200.0, id="no-step-within-10-minutes-stays-persistence"),
     ],
 )
 def test_seasonal_envelope_raises_persistence_before_the_model_can_fit(
@@ -183,6 +185,7 @@ def test_seasonal_envelope_raises_persistence_before_the_model_can_fit(
     values = np.full(DAY_WINDOWS + 51, 100.0)
     values[54:60] = 300.0
     values[DAY_WINDOWS:] = 150.0
+    values[-1] = 200.0
     envelope = make_forecaster("seasonal_envelope", step_s=STEP_S)
     envelope.fit(Series((np.arange(values.size) + 1) * STEP_S, values))
     forecast = envelope.forecast(steps * STEP_S)
