@@ -150,9 +150,11 @@ def _plots(comparison: Comparison, ttft: pd.DataFrame, directory: Path) -> list[
 
     fig, axes = plt.subplots(len(components), 1, figsize=(10, 3.2 * len(components)), sharex=True)
     for ax, comp in zip(np.atleast_1d(axes), components, strict=True):
+        held = False
         for name, result in comparison.results.items():
             line = ax.step(hours, result.series[f"{comp}_ready_gangs"], where="post", lw=1.0)
             if np.nansum(result.series[f"{comp}_balloon_gangs"]) > 0:
+                held = True
                 ax.step(
                     hours,
                     result.series[f"{comp}_ready_gangs"] + result.series[f"{comp}_balloon_gangs"],
@@ -163,6 +165,9 @@ def _plots(comparison: Comparison, ttft: pd.DataFrame, directory: Path) -> list[
                     label=f"{name} + balloons",
                 )
             line[0].set_label(f"{name} ready")
+        if not held:
+            # an empty buffer is a result too (the forecast floor already covered the bound)
+            ax.set_title(f"{comp}: no balloon gangs held by any policy", fontsize=8, loc="left")
         ax.set_ylabel(f"{comp} gangs")
         ax.legend(loc="upper right", fontsize=7)
     np.atleast_1d(axes)[-1].set_xlabel("hours")
