@@ -277,6 +277,10 @@ class Cluster:
     def balloon_gangs_placed(self, component: str) -> int:
         return sum(1 for g in self.balloons[component] if g.all_placed_s is not None)
 
+    def balloon_gangs_ordered(self, component: str) -> int:
+        """Balloon gangs the policy holds for the component, placed or still Pending."""
+        return len(self.balloons[component])
+
     def partial_gpus(self) -> int:
         """GPUs held by pods of real gangs that are only partly placed (serving nothing)."""
         pods = sum(g.pods_scheduled for gs in self.real.values() for g in gs if g.is_partial)

@@ -122,6 +122,7 @@ _COMPONENT_COLUMNS = (
     "ready_gangs",
     "starting_gangs",
     "balloon_gangs",
+    "balloon_ordered",
     "demand",
     "capacity",
     "forecast_point",
@@ -226,6 +227,7 @@ def _record(
         series[f"{name}_ready_gangs"][k] = ready[name]
         series[f"{name}_starting_gangs"][k] = cluster.starting_gangs(name, now)
         series[f"{name}_balloon_gangs"][k] = cluster.balloon_gangs_placed(name)
+        series[f"{name}_balloon_ordered"][k] = cluster.balloon_gangs_ordered(name)
         series[f"{name}_demand"][k] = demand[name][k]
         series[f"{name}_capacity"][k] = ready[name] * capacity[name]
         action = actions.get(name)

@@ -78,8 +78,8 @@ def default_annotations(
         # time after it has gone (Azure code: 278.5 -> 251.1 GPU-hours). Unified keeps the
         # default: in unified mode the code trace lost 3.2 points of SLO attainment with one
         # gang per tick. Prefill keeps max-buffer's default 2: balloon gangs from the
-        # forecast's upper bound keep ServeGen m-small at 99 % (98.97 % with none), and a
-        # second one now rarely binds (max-buffer 1: the same attainment on every trace).
+        # forecast's upper bound keep ServeGen m-small at 99 % (98.97 % with none); with
+        # max-buffer 1 the six traces measured kept their attainment (docs/results.md).
         annotations["max-scale-up"] = "1"
         # The queue, prefill's only fast signal, shows a burst once it is already late, and
         # a gang released in a lull is back a lead time after the next burst: holding the

@@ -151,7 +151,9 @@ def _plots(comparison: Comparison, ttft: pd.DataFrame, directory: Path) -> list[
     fig, axes = plt.subplots(len(components), 1, figsize=(10, 3.2 * len(components)), sharex=True)
     for ax, comp in zip(np.atleast_1d(axes), components, strict=True):
         held = False
+        ordered = 0.0
         for name, result in comparison.results.items():
+            ordered = max(ordered, float(np.nanmax(result.series[f"{comp}_balloon_ordered"])))
             line = ax.step(hours, result.series[f"{comp}_ready_gangs"], where="post", lw=1.0)
             if np.nansum(result.series[f"{comp}_balloon_gangs"]) > 0:
                 held = True
@@ -166,8 +168,14 @@ def _plots(comparison: Comparison, ttft: pd.DataFrame, directory: Path) -> list[
                 )
             line[0].set_label(f"{name} ready")
         if not held:
-            # an empty buffer is a result too (the forecast floor already covered the bound)
-            ax.set_title(f"{comp}: no balloon gangs held by any policy", fontsize=8, loc="left")
+            # say why no balloon line is drawn: none ordered, or none placed before it was
+            # withdrawn (its nodes still booted: they are in "nodes booting or idle")
+            why = (
+                f"balloon gangs ordered (up to {ordered:.0f}) but none placed"
+                if ordered > 0
+                else "no balloon gangs ordered by any policy"
+            )
+            ax.set_title(f"{comp}: {why}", fontsize=8, loc="left")
         ax.set_ylabel(f"{comp} gangs")
         ax.legend(loc="upper right", fontsize=7)
     np.atleast_1d(axes)[-1].set_xlabel("hours")

@@ -73,3 +73,7 @@ def test_a_bound_exclusive_gang_holds_its_zone_against_another_key_and_not_unlab
     unlabeled = (nodes[0], nodes[1], node("d", gpus=16))
     start = Room.of(unlabeled)
     assert _nodes_used(start, place_gang(SHARED, unlabeled, start, namespace="serving")) == {"d"}
+    # nor does an exclusive gang bound on an unlabeled node hold the other unlabeled nodes
+    alone = (_bound_exclusive("e"), node("f", gpus=16))
+    start = Room.of(alone)
+    assert place_gang(SHARED, alone, start, namespace="serving") is not None

@@ -14,6 +14,8 @@ import pytest
 from statsmodels.tsa.holtwinters import ExponentialSmoothing
 from statsmodels.tsa.statespace.structural import UnobservedComponents
 
+from forecasting.envelope import SeasonalEnvelope
+from forecasting.errors import FitFailed
 from forecasting.models import make_forecaster
 from forecasting.series import Series
 from tests.forecasting.traces import DAY_WINDOWS, STEP_S, servegen_cut
@@ -193,6 +195,23 @@ def test_seasonal_envelope_raises_persistence_before_the_model_can_fit(
     assert forecast.fallback_reason is not None and "needs at least" in forecast.fallback_reason
     assert forecast.point == pytest.approx(expected)
     assert forecast.upper >= forecast.point
+
+
+def test_seasonal_envelope_raises_persistence_when_a_fit_fails(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Any reason the model cannot forecast, not only a short history: a failed fit on three
+    days of history stands in with persistence, raised to the past days' step."""
+
+    def fail(self: SeasonalEnvelope, values: np.ndarray) -> None:
+        raise FitFailed("state-space fit did not converge")
+
+    monkeypatch.setattr(SeasonalEnvelope, "_fit_windows", fail)
+    envelope = make_forecaster("seasonal_envelope", step_s=STEP_S)
+    envelope.fit(_daily_steps(100.0))
+    forecast = envelope.forecast(4 * STEP_S)
+    assert forecast is not None and forecast.fallback_reason == "state-space fit did not converge"
+    assert forecast.point == pytest.approx(300.0)  # persistence says 100
 
 
 def _envelope_of(values: np.ndarray, steps: int = 4) -> float | None:

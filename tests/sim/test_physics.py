@@ -432,6 +432,7 @@ def test_preempting_a_balloon_gang_places_a_real_gang_at_once() -> None:
     assert cluster.preemptions == 1
     assert cluster.balloon_gangs_placed("prefill") == 0
     # the evicted balloon gang is recreated Pending, so the cluster grows for it
+    assert cluster.balloon_gangs_ordered("prefill") == 1
     assert len(cluster.nodes) == nodes_before + 2
     assert cluster.ready_gangs("prefill", 600.0 + 180.0) == 2
 
@@ -444,6 +445,7 @@ def test_a_balloon_gang_is_never_placed_partly() -> None:
     for now in (0.0, 5.0, 10.0):
         cluster.step(now)
     assert cluster.balloon_gangs_placed("prefill") == 0
+    assert cluster.balloon_gangs_ordered("prefill") == 1  # ordered, Pending: the report says so
     assert all(b.pods_scheduled == 0 for b in cluster.balloons["prefill"])
 
 
