@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from autoscaler.core.model import (
@@ -36,6 +37,15 @@ def node(name: str, gpus: int = 8, **labels: str) -> NodeCapacity:
         name=name,
         free={"nvidia.com/gpu": gpus, "cpu": 96_000, "memory": 1024 * GIB},
         labels=labels,
+    )
+
+
+def exclusive_node(name: str, namespace: str, gpus: int = 8, **labels: str) -> NodeCapacity:
+    """A node running a gang of `namespace` placed exclusively by zone, with `gpus` free."""
+    return replace(
+        node(name, gpus=gpus, **labels),
+        lws_namespaces=frozenset({namespace}),
+        exclusive_lws=frozenset({(namespace, "zone")}),
     )
 
 

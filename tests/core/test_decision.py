@@ -11,7 +11,16 @@ from autoscaler.core.gang_plan import ComponentMemory, Memory, Reason
 from autoscaler.core.model import ComponentKey, GangStatus, NodeCapacity, Signals
 from autoscaler.core.policy import Policy
 from autoscaler.core.shape import GangShape, PodShape
-from tests.core.builders import forecast, node, obs, observations, policy, ready_gangs, shape
+from tests.core.builders import (
+    exclusive_node,
+    forecast,
+    node,
+    obs,
+    observations,
+    policy,
+    ready_gangs,
+    shape,
+)
 
 NOW = 10_000.0
 KEY = ComponentKey("serving", "llm")
@@ -556,11 +565,7 @@ def test_no_scale_up_stacks_on_starting_gangs_unless_the_need_grew(
         ),
         pytest.param(
             (
-                replace(
-                    node("a", gpus=8, zone="z1"),
-                    lws_namespaces=frozenset({"serving"}),
-                    exclusive_lws=frozenset({("serving", "zone")}),
-                ),
+                exclusive_node("a", "serving", zone="z1"),
                 node("b", gpus=8, zone="z1"),
                 node("c", gpus=8, zone="z2"),
                 node("d", gpus=8, zone="z2"),
@@ -571,11 +576,7 @@ def test_no_scale_up_stacks_on_starting_gangs_unless_the_need_grew(
         ),
         pytest.param(
             (
-                replace(
-                    node("a", gpus=8, zone="z1"),
-                    lws_namespaces=frozenset({"batch"}),
-                    exclusive_lws=frozenset({("batch", "zone")}),
-                ),
+                exclusive_node("a", "batch", zone="z1"),
                 node("b", gpus=8, zone="z1"),
                 node("c", gpus=8, zone="z2"),
                 node("d", gpus=8, zone="z2"),

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from autoscaler.core.fit import Room, place_gang
-from autoscaler.core.model import NodeCapacity
-from tests.core.builders import node, shape
+from tests.core.builders import exclusive_node, node, shape
 
 # two zones of two 16-GPU nodes; a gang is two 8-GPU pods, and best fit puts both on one node
 NODES = tuple(
@@ -50,18 +47,9 @@ def test_a_gang_placed_in_this_pass_keeps_exclusive_gangs_of_its_namespace_out()
     }
 
 
-def _bound_exclusive(name: str, **labels: str) -> NodeCapacity:
-    """A node running an exclusive gang of "serving" placed by zone, with room to spare."""
-    return replace(
-        node(name, gpus=16, **labels),
-        lws_namespaces=frozenset({"serving"}),
-        exclusive_lws=frozenset({("serving", "zone")}),
-    )
-
-
 def test_a_bound_exclusive_gang_holds_its_zone_against_another_key_and_not_unlabeled_nodes():
     nodes = (
-        _bound_exclusive("a", zone="z1", rack="r1"),
+        exclusive_node("a", "serving", gpus=16, zone="z1", rack="r1"),
         node("b", gpus=16, zone="z1", rack="r2"),
         node("c", gpus=16, zone="z2", rack="r3"),
     )
@@ -74,6 +62,6 @@ def test_a_bound_exclusive_gang_holds_its_zone_against_another_key_and_not_unlab
     start = Room.of(unlabeled)
     assert _nodes_used(start, place_gang(SHARED, unlabeled, start, namespace="serving")) == {"d"}
     # nor does an exclusive gang bound on an unlabeled node hold the other unlabeled nodes
-    alone = (_bound_exclusive("e"), node("f", gpus=16))
+    alone = (exclusive_node("e", "serving", gpus=16), node("f", gpus=16))
     start = Room.of(alone)
     assert place_gang(SHARED, alone, start, namespace="serving") is not None
