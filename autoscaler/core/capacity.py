@@ -5,6 +5,12 @@ its target, the demand it sees per ready gang, scaled back to the target, is a s
 what one gang serves at target. Samples are blended exponentially so one odd tick does not
 swing the forecast floor.
 
+The demand signal is a rate over a window (`rate(...[1m])` in the default queries), so a
+sample is taken only once the component has stayed at or above its target for that whole
+window. A burst of seconds fills the queue while the minute's rate still reads the quiet
+seconds around it: learning from it, a bursty code assistant's prefill learned a third of
+what a gang serves, and the floor then ordered three times the gangs (docs/results.md).
+
 Must not import: asyncio, aiohttp, kubernetes_asyncio, prometheus_api_client, statsmodels.
 """
 
@@ -22,6 +28,24 @@ MIN_RATIO_TO_LEARN = 0.9
 # Smallest capacity per gang worth learning, in the demand unit (tokens/s): below it a
 # sample is a rounding artefact, not a gang.
 MIN_CAPACITY = 1e-6
+# The window of the default demand queries' rate(); the service passes its own setting.
+DEFAULT_DEMAND_WINDOW_S = 60.0
+
+
+def saturated_since(
+    previous: float | None, obs: ComponentObservation, *, usage_ratio: float | None, now: float
+) -> float | None:
+    """When the component's current stretch at or above `MIN_RATIO_TO_LEARN` began (with
+    ready gangs and a readable ratio), or None when it is not in one."""
+    if (
+        usage_ratio is None
+        or not math.isfinite(usage_ratio)
+        or usage_ratio < MIN_RATIO_TO_LEARN
+        or obs.ready_gangs == 0
+    ):
+        return None
+    # a start stamped after `now` is from before the clock was stepped back
+    return previous if previous is not None and previous <= now else now
 
 
 def learn_capacity(
@@ -29,8 +53,11 @@ def learn_capacity(
     obs: ComponentObservation,
     *,
     usage_ratio: float | None,
+    saturated_for_s: float | None,
+    demand_window_s: float,
 ) -> float | None:
-    """Blend a new capacity sample into `previous` when the component is saturated."""
+    """Blend a new capacity sample into `previous` once the component has been saturated
+    (`saturated_for_s`, None when it is not) for the demand signal's whole rate window."""
     demand = obs.signals.demand
     ready = obs.ready_gangs
     if (
@@ -38,6 +65,8 @@ def learn_capacity(
         or usage_ratio is None
         or not math.isfinite(usage_ratio)
         or usage_ratio < MIN_RATIO_TO_LEARN
+        or saturated_for_s is None
+        or saturated_for_s < demand_window_s
         or ready == 0
         or demand <= 0
     ):

@@ -17,7 +17,13 @@ from dataclasses import dataclass, field, replace
 
 from autoscaler.core.buffer import balloon_gangs
 from autoscaler.core.burst import BurstFactor, burst_factor, remember_demand
-from autoscaler.core.capacity import capacity_per_gang, gangs_for_demand, learn_capacity
+from autoscaler.core.capacity import (
+    DEFAULT_DEMAND_WINDOW_S,
+    capacity_per_gang,
+    gangs_for_demand,
+    learn_capacity,
+    saturated_since,
+)
 from autoscaler.core.coupling import couple_deployment, functional_minimum
 from autoscaler.core.fit import GrowthRequest, allocate_growth
 from autoscaler.core.gang_plan import (
@@ -96,10 +102,11 @@ def _held_on_policy_error(
 ) -> tuple[ComponentPlan, ComponentMemory]:
     """Hold, and remember the hold in the scale-down window as a tick without data is: once
     the annotation is fixed, the window still holds the gangs, instead of the first valid
-    reading dropping every gang the load no longer seems to need in one tick."""
+    reading dropping every gang the load no longer seems to need in one tick. A saturated
+    stretch ends: what was not read cannot count toward learning a capacity."""
     held, _ = _held(obs, Reason.HOLD_POLICY_ERROR, detail, memory)
     proposals = remember_proposal(memory.proposals, obs.spec_gangs, now=now)
-    return held, replace(memory, proposals=proposals)
+    return held, replace(memory, proposals=proposals, saturated_since=None)
 
 
 def hold_every_component(
@@ -114,7 +121,8 @@ def hold_every_component(
     """Hold every component at its current gangs and balloon gangs, for a reason that
     concerns the whole view (the cluster view cannot be trusted). Each hold is remembered in
     the component's scale-down window, as a tick without data is: when the view comes back,
-    the first reading must not find the window empty and drop every gang at once."""
+    the first reading must not find the window empty and drop every gang at once. A
+    saturated stretch ends, as on a tick without data."""
     plans: dict[ComponentKey, ComponentPlan] = {}
     memories = dict(memory.components)
     for key, obs in observations.components.items():
@@ -126,7 +134,9 @@ def hold_every_component(
                 previous.proposals, window_s=policy.scale_down_window_s, now=now
             )
             memories[key] = replace(
-                previous, proposals=remember_proposal(history, obs.spec_gangs, now=now)
+                previous,
+                proposals=remember_proposal(history, obs.spec_gangs, now=now),
+                saturated_since=None,
             )
     return GangPlan(components=plans), Memory(components=memories)
 
@@ -140,6 +150,7 @@ def _draft(
     deployment: DeploymentKey,
     now: float,
     tolerance: float,
+    demand_window_s: float,
 ) -> _Draft:
     """Steps 1-4 for one component."""
     current = obs.spec_gangs
@@ -165,7 +176,14 @@ def _draft(
     ratio = proposal.usage_ratio
     if ratio is not None:
         ratio = min(ratio, 1.0 / policy.target_kv_cache)
-    learned = learn_capacity(previous, obs, usage_ratio=ratio)
+    since = saturated_since(memory.saturated_since, obs, usage_ratio=ratio, now=now)
+    learned = learn_capacity(
+        previous,
+        obs,
+        usage_ratio=ratio,
+        saturated_for_s=None if since is None else now - since,
+        demand_window_s=demand_window_s,
+    )
     capacity = capacity_per_gang(policy, learned)
     demand_samples = remember_demand(memory.demand_samples, obs.signals.demand, now=now)
     draft = _Draft(
@@ -179,6 +197,7 @@ def _draft(
             memory,
             learned_capacity_per_gang=learned,
             learned_template=obs.template,
+            saturated_since=since,
             not_ready_first_seen=ages.first_seen,
             demand_samples=demand_samples,
         ),
@@ -405,8 +424,11 @@ def plan(
     *,
     now: float,
     tolerance: float = DEFAULT_TOLERANCE,
+    demand_window_s: float = DEFAULT_DEMAND_WINDOW_S,
 ) -> tuple[GangPlan, Memory]:
-    """Decide the gangs and balloon gangs of every observed component."""
+    """Decide the gangs and balloon gangs of every observed component. `demand_window_s` is
+    the rate window of the demand signals: a capacity per gang is learned only once a
+    component has been saturated for that long."""
     plans: dict[ComponentKey, ComponentPlan] = {}
     memories: dict[ComponentKey, ComponentMemory] = {}
 
@@ -442,6 +464,7 @@ def plan(
                 deployment=dep,
                 now=now,
                 tolerance=tolerance,
+                demand_window_s=demand_window_s,
             )
 
     deployments: dict[DeploymentKey, dict[ComponentKey, _Draft]] = {}

@@ -108,6 +108,9 @@ class ComponentMemory:
     learned_capacity_per_gang: float | None = None
     # the gang template (`ComponentObservation.template`) it was learned for
     learned_template: str | None = None
+    # when the component's current stretch at its target began (None: not at it); a
+    # capacity is learned only once it covers the demand signal's rate window
+    saturated_since: float | None = None
     # the proposal that caused the last scale-up, so gangs still starting are not stacked
     # on unless the need grew beyond it
     last_scale_up_need: int | None = None

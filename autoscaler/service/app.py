@@ -206,6 +206,7 @@ class Service:
             on_became_leader=self._became_leader,
             dry_run=settings.dry_run,
             deadline_s=self.deadline_s,
+            demand_window_s=settings.demand_window_s,
             clock=clock,
         )
         self.http = HttpServer(self, host=http_host, port=settings.http_port)

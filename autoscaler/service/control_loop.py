@@ -21,6 +21,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 
 from autoscaler.adapters.kube_adapter import KubeAdapter
 from autoscaler.adapters.kube_apply import ApplyReport, ComponentApplied
@@ -29,6 +30,7 @@ from autoscaler.adapters.kube_state import KubeState
 from autoscaler.adapters.lws_scaler import ScaleResult
 from autoscaler.adapters.prometheus_restore import CapacityIdentity
 from autoscaler.adapters.prometheus_source import ComponentTarget, PrometheusSource
+from autoscaler.core.capacity import DEFAULT_DEMAND_WINDOW_S
 from autoscaler.core.decision import hold_every_component
 from autoscaler.core.decision import plan as plan_gangs
 from autoscaler.core.gang_plan import (
@@ -178,6 +180,7 @@ class ControlLoop:
         on_became_leader: Callable[[float], Awaitable[None]],
         dry_run: bool,
         deadline_s: float,
+        demand_window_s: float = DEFAULT_DEMAND_WINDOW_S,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._kube = kube
@@ -189,6 +192,7 @@ class ControlLoop:
         self._on_became_leader = on_became_leader
         self.dry_run = dry_run
         self.deadline_s = deadline_s
+        self._planner = partial(plan_gangs, demand_window_s=demand_window_s)
         self._clock = clock
         self.memory = Memory()
         self.ticks = 0
@@ -382,6 +386,7 @@ class ControlLoop:
             self.memory,
             now_s=now_s,
             on_error=self._metrics.count_error,
+            planner=self._planner,
         )
         parts["plan"] = gang_plan
 

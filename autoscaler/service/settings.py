@@ -347,6 +347,13 @@ class RunSettings(BaseSettings):
         default=timedelta(minutes=2),
         description="Samples older than this are missing data (None), so the component holds.",
     )
+    demand_window: Duration = Field(
+        default=timedelta(minutes=1),
+        description="The rate() window of the demand queries. A capacity per gang is learned "
+        "only once a component has stayed at its target this long: a shorter burst fills the "
+        "queue while the window's rate still reads the quiet seconds around it. Change it "
+        "with the queries' window.",
+    )
     watch_staleness_limit: Duration = Field(
         default=timedelta(seconds=60),
         description="When listing and watching LeaderWorkerSets, pods or nodes has failed for "
@@ -441,6 +448,10 @@ class RunSettings(BaseSettings):
     @property
     def staleness_limit_s(self) -> float:
         return self.staleness_limit.total_seconds()
+
+    @property
+    def demand_window_s(self) -> float:
+        return self.demand_window.total_seconds()
 
     @property
     def watch_staleness_limit_s(self) -> float:

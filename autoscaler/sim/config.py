@@ -112,28 +112,33 @@ class GangPolicySettings(_Settings):
     prefill: dict[str, str] = Field(default_factory=dict)
     decode: dict[str, str] = Field(default_factory=dict)
     unified: dict[str, str] = Field(default_factory=dict)
-    # capacity-per-replica defaults to these shares of a gang's measured capacity
+    # capacity-per-replica defaults to these shares of a gang's measured capacity; None
+    # leaves the annotation unset, so the component learns its capacity as the service does
+    # when an operator has not measured one.
     # The headroom for bursts is the forecast floor's burst factor, read from the traffic
     # (core/burst.py); these leave a tenth of a gang beyond it.
-    prefill_target_utilization: float = Field(
+    prefill_target_utilization: float | None = Field(
         default=0.9,
         gt=0,
         le=1,
-        description="capacity-per-replica of prefill gangs as a share of what one serves saturated",
+        description="capacity-per-replica of prefill gangs as a share of what one serves "
+        "saturated; null: unset, learned",
     )
-    unified_target_utilization: float = Field(
+    unified_target_utilization: float | None = Field(
         default=0.8,
         gt=0,
         le=1,
         description="capacity-per-replica of unified gangs as a share of what one serves "
         "saturated: its decode batch takes prefill capacity as it fills, so a burst of "
-        "prompts costs a unified gang more than its share of a saturated minute",
+        "prompts costs a unified gang more than its share of a saturated minute; null: unset, "
+        "learned",
     )
-    decode_target_utilization: float = Field(
+    decode_target_utilization: float | None = Field(
         default=0.9,
         gt=0,
         le=1,
-        description="capacity-per-replica of decode gangs as a share of what one serves saturated",
+        description="capacity-per-replica of decode gangs as a share of what one serves "
+        "saturated; null: unset, learned",
     )
     forecast_refit_s: float = Field(default=3600.0, gt=0, description="forecaster refit cadence")
     forecast_refit_long_s: float = Field(

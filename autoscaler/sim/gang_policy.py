@@ -47,14 +47,15 @@ def default_annotations(
     *,
     max_gangs: int,
     target_waiting: float,
-    capacity: float,
+    capacity: float | None,
 ) -> dict[str, str]:
     """The annotations the simulated LWS of `component` carries for `gang`.
 
     `capacity` is what one gang serves at target, in the unit of the component's demand
-    signal (`runner.gang_capacity`). The lead time is node provisioning plus gang start-up
-    plus one tick, the time from a decision to a serving gang on a fresh node. Values in the
-    YAML `gang:` section override these.
+    signal (`runner.gang_capacity`); None leaves `capacity-per-replica` unset, so the
+    component learns it as the service does. The lead time is node provisioning plus gang
+    start-up plus one tick, the time from a decision to a serving gang on a fresh node.
+    Values in the YAML `gang:` section override these.
     """
     cluster = settings.cluster
     lead_s = cluster.node_provisioning_s + cluster.gang_startup_s + settings.tick_s
@@ -65,13 +66,14 @@ def default_annotations(
         "min-replicas": "1",
         "max-replicas": str(max_gangs),
         "target-waiting": f"{target_waiting:g}",
-        "capacity-per-replica": f"{capacity:g}",
         "lead-time": f"{lead_s:g}s",
         "max-buffer": "2",
         # bursts come back within minutes (Azure code: silent gaps of up to 217 s); holding
         # gangs through a gap costs less than starting them again 8 minutes late
         "scale-down-window": "10m",
     }
+    if capacity is not None:
+        annotations["capacity-per-replica"] = f"{capacity:g}"
     if component == "prefill":
         # Measured on every shared trace in PD mode (docs/results.md): one gang per tick (4 a
         # minute) instead of 2 stops a burst of seconds from ordering gangs that serve a lead
@@ -125,7 +127,7 @@ class GangController:
         *,
         max_gangs: Mapping[str, int],
         target_waiting: Mapping[str, float],
-        capacity: Mapping[str, float],
+        capacity: Mapping[str, float | None],
         duration_s: float,
         forecaster_factory: ForecasterFactory | None = None,
     ) -> None:
@@ -199,7 +201,12 @@ class GangController:
             ),
         )
         gang_plan, self.memory = plan(
-            observations, self.policies, forecasts, self.memory, now=snapshot.now_s
+            observations,
+            self.policies,
+            forecasts,
+            self.memory,
+            now=snapshot.now_s,
+            demand_window_s=self.settings.demand_window_s,
         )
         self.last_plan = gang_plan
         actions = {}

@@ -145,12 +145,17 @@ def target_waiting(workload: Workload, settings: SimSettings) -> dict[str, float
     return {"prefill": prefill, "decode": DEFAULT_TARGET_WAITING}
 
 
-def gang_capacity(workload: Workload, settings: SimSettings) -> dict[str, float]:
+def _share(capacity: float, utilization: float | None) -> float | None:
+    return None if utilization is None else capacity * utilization
+
+
+def gang_capacity(workload: Workload, settings: SimSettings) -> dict[str, float | None]:
     """The `capacity-per-replica` an operator would measure, per component: the share
     `gang.prefill_target_utilization`, `gang.decode_target_utilization` or
     `gang.unified_target_utilization` of what one gang serves when saturated with this trace's
     requests, in the unit of the component's demand signal (prompt tokens/s for prefill and
-    unified, generated tokens/s for decode).
+    unified, generated tokens/s for decode). None where the share is None: the annotation
+    stays unset and the component learns its capacity.
 
     A unified gang runs its decode batch on the same GPUs, which takes
     `unified_decode_interference` of its prefill capacity when full. Saturated with prompts
@@ -162,8 +167,12 @@ def gang_capacity(workload: Workload, settings: SimSettings) -> dict[str, float]
     serving, pods = settings.serving, settings.cluster.pods_per_gang
     prefill = serving.prefill_tokens_per_s(pods)
     if settings.mode != "unified":
-        decode = serving.decode_tokens_per_s(pods) * settings.gang.decode_target_utilization
-        return {"prefill": prefill * settings.gang.prefill_target_utilization, "decode": decode}
+        return {
+            "prefill": _share(prefill, settings.gang.prefill_target_utilization),
+            "decode": _share(
+                serving.decode_tokens_per_s(pods), settings.gang.decode_target_utilization
+            ),
+        }
     slots = serving.max_sequences(pods)
     mean_prompt = float(workload.prompt_tokens().sum() / workload.total_requests)
     mean_output = float(workload.generated_tokens().sum() / workload.total_requests)
@@ -172,7 +181,9 @@ def gang_capacity(workload: Workload, settings: SimSettings) -> dict[str, float]
     a = prefill * hold_s / (mean_prompt * slots)
     full = min(a / (1.0 + interference * a), 1.0)
     return {
-        "unified": prefill * (1.0 - interference * full) * settings.gang.unified_target_utilization
+        "unified": _share(
+            prefill * (1.0 - interference * full), settings.gang.unified_target_utilization
+        )
     }
 
 

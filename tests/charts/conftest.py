@@ -27,6 +27,7 @@ NON_DEFAULT_VALUES: dict[str, Any] = {
         "url": "https://prometheus.observability.svc:9091",
         "timeout": "5s",
         "stalenessLimit": "90s",
+        "demandWindow": "2m",
         "backfillDays": 3,
         "queries": {
             "waiting": "sum by (namespace, pod) (sglang:num_queue_reqs)",

@@ -537,6 +537,7 @@ def test_default_values_give_valid_service_settings(
     assert settings.queries == PrometheusQueries()
     assert settings.forecast_model == "seasonal_envelope"
     assert settings.watch_staleness_limit_s == 60.0
+    assert settings.demand_window_s == 60.0  # the default queries' [1m]
 
 
 def test_non_default_values_reach_the_service(
@@ -554,6 +555,7 @@ def test_non_default_values_reach_the_service(
     assert settings.log_level == "DEBUG"
     assert settings.prometheus_timeout_s == 5.0
     assert settings.staleness_limit_s == 90.0
+    assert settings.demand_window_s == 120.0  # the queries' [2m]
     assert settings.watch_staleness_limit_s == 120.0
     assert settings.backfill_days == 3
     assert settings.cluster_can_grow is False
@@ -663,6 +665,9 @@ SERVICE_REFUSES = [
         "prometheus.timeout", "0ms", {"prometheus_timeout": "0ms"}, id="query-timeout-zero"
     ),
     pytest.param("prometheus.stalenessLimit", "0s", {"staleness_limit": "0s"}, id="staleness-zero"),
+    pytest.param(
+        "prometheus.demandWindow", "0.5ms", {"demand_window": "0.5ms"}, id="demand-window-below-1ms"
+    ),
     pytest.param(
         "watchStalenessLimit", "0m", {"watch_staleness_limit": "0m"}, id="watch-staleness-zero"
     ),

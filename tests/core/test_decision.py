@@ -26,15 +26,26 @@ NOW = 10_000.0
 KEY = ComponentKey("serving", "llm")
 
 
-def decide(component, pol: Policy, *, fc=None, memory=None, nodes=(), can_grow=True):
+def decide(
+    component, pol: Policy, *, fc=None, memory=None, nodes=(), can_grow=True, now=NOW, **kwargs
+):
     the_plan, new_memory = plan(
         observations(component, nodes=nodes, can_grow=can_grow),
         {component.key: pol},
         {component.key: fc} if fc else {},
         Memory({component.key: memory}) if memory else Memory(),
-        now=NOW,
+        now=now,
+        **kwargs,
     )
     return the_plan.components[component.key], new_memory.of(component.key)
+
+
+def saturate(component, pol: Policy, *, for_s: float = 60.0, memory=None, tick_s: float = 15.0):
+    """`component` observed every `tick_s` over the `for_s` up to NOW; the last memory."""
+    memory = memory or ComponentMemory()
+    for i in range(round(for_s / tick_s) + 1):
+        _, memory = decide(component, pol, memory=memory, now=NOW - for_s + i * tick_s)
+    return memory
 
 
 @pytest.mark.parametrize(
@@ -301,7 +312,7 @@ def test_capacity_is_learned_while_saturated_and_used_for_the_floor():
     # at most 1 / 0.8 = 1.25x its target (a full KV cache), so one gang serves about
     # 2500 / 2 / 1.25 = 1000 tokens/s at target.
     saturated = obs(ready=2, waiting=12, kv=0.5, demand=2500)
-    _, memory = decide(saturated, policy())
+    memory = saturate(saturated, policy())
     assert memory.learned_capacity_per_gang == pytest.approx(1000)
 
     calm = obs(ready=2, waiting=4, kv=0.6, demand=1900)
@@ -316,16 +327,83 @@ def test_a_growing_queue_does_not_collapse_the_learned_capacity():
     tokens/s per gang as a few hundred in minutes, and the forecast floor then ordered four
     times the gangs, for good (learning needs saturation, which the floor then prevents)."""
     memory = ComponentMemory()
-    for waiting in (40, 80, 160, 320, 640, 1280):  # 5 minutes of a backlog building
+    for minute, waiting in enumerate((40, 80, 160, 320, 640, 1280)):  # a backlog building
         _, memory = decide(obs(ready=2, waiting=waiting, kv=0.95, demand=6000), policy(),
-                           memory=memory)  # fmt: skip
+                           memory=memory, now=NOW + 60 * minute)  # fmt: skip
     assert memory.learned_capacity_per_gang == pytest.approx(6000 / 2 / 1.25)
+
+
+SATURATED = obs(ready=2, waiting=12, kv=0.5, demand=2500)  # 1000 per gang at target
+BELOW = obs(ready=2, waiting=4, kv=0.6, demand=2500)  # the same demand, under the target
+
+
+@pytest.mark.parametrize(
+    ("readings", "learned"),
+    [
+        pytest.param([SATURATED] * 4, None, id="45s-of-a-60s-window-learns-nothing"),
+        pytest.param([SATURATED] * 5, 1000, id="the-whole-window-learns"),
+        pytest.param(
+            [SATURATED, SATURATED, SATURATED, BELOW, SATURATED, SATURATED],
+            None,
+            id="a-tick-under-target-starts-the-stretch-again",
+        ),
+        pytest.param(
+            [SATURATED, SATURATED, SATURATED, BELOW, *[SATURATED] * 5],
+            1000,
+            id="a-new-stretch-learns-after-its-own-window",
+        ),
+        pytest.param(
+            [*[SATURATED] * 2, replace(SATURATED, gangs=()), *[SATURATED] * 3],
+            None,
+            id="no-ready-gang-ends-the-stretch",
+        ),
+    ],
+)
+def test_a_capacity_is_learned_only_after_a_whole_demand_window_at_target(readings, learned):
+    """A burst of seconds fills the queue while the demand signal, a one-minute rate, still
+    reads the quiet seconds around it: the Azure code hour learned a third of what a gang
+    serves, and the floor ordered three times the gangs."""
+    memory = ComponentMemory()
+    for i, reading in enumerate(readings):
+        _, memory = decide(reading, policy(), memory=memory, now=NOW + 15 * i)
+    assert memory.learned_capacity_per_gang == (None if learned is None else pytest.approx(learned))
+
+
+def test_the_demand_window_is_the_one_the_caller_gives():
+    memory = ComponentMemory()
+    for i in range(2):  # 5 s apart: a 5 s window is covered on the second reading
+        _, memory = decide(SATURATED, policy(), memory=memory, now=NOW + 5 * i, demand_window_s=5.0)
+    assert memory.learned_capacity_per_gang == pytest.approx(1000)
+    _, longer = decide(SATURATED, policy(), memory=ComponentMemory(saturated_since=NOW),
+                       now=NOW + 5, demand_window_s=10.0)  # fmt: skip
+    assert longer.learned_capacity_per_gang is None
+
+
+def test_a_hold_ends_a_saturated_stretch():
+    """Ticks that read nothing cannot count toward the window: after a hold the stretch
+    starts again from the next reading."""
+    memory = saturate(SATURATED, policy(), for_s=45.0)
+    assert memory.saturated_since == NOW - 45.0
+    _, held = hold_every_component(
+        observations(SATURATED), {SATURATED.key: policy()}, Memory({SATURATED.key: memory}),
+        now=NOW + 15, reason=Reason.HOLD_STALE_VIEW, detail="stale",
+    )  # fmt: skip
+    assert held.of(SATURATED.key).saturated_since is None
+    _, after = decide(SATURATED, policy(), memory=held.of(SATURATED.key), now=NOW + 30)
+    assert (after.saturated_since, after.learned_capacity_per_gang) == (NOW + 30, None)
+
+
+def test_a_stretch_stamped_in_the_future_starts_again_now():
+    """A clock stepped back must not leave a start after `now` that makes the window look
+    covered (or never covered)."""
+    _, memory = decide(SATURATED, policy(), memory=ComponentMemory(saturated_since=NOW + 600))
+    assert (memory.saturated_since, memory.learned_capacity_per_gang) == (NOW, None)
 
 
 def test_a_new_gang_template_forgets_the_capacity_learned_for_the_old_one():
     # Learned at 1000 tokens/s per gang under template "a"; the forecast then asks for 5.
     saturated = replace(obs(ready=2, waiting=12, kv=0.5, demand=2500), template="a")
-    _, memory = decide(saturated, policy())
+    memory = saturate(saturated, policy())
     assert (memory.learned_capacity_per_gang, memory.learned_template) == (pytest.approx(1000), "a")
     calm = obs(ready=2, waiting=4, kv=0.6, demand=1900)
     same, kept = decide(replace(calm, template="a"), policy(max_scale_up=5), fc=forecast(4_200),

@@ -24,6 +24,7 @@ NAMESPACES = (
     "sigterm",
     "leader",
     "restart",
+    "window",
     "badpolicy",
     "owned",
     "roles",

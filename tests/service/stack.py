@@ -43,7 +43,8 @@ MAX_GANGS = {PREFILL: 4, DECODE: 6}
 NO_BUFFER = {"gang-autoscaler.io/min-buffer": "0", "gang-autoscaler.io/max-buffer": "0"}
 
 # Short rate() windows: the test Prometheus scrapes every second.
-TEST_QUERIES = PrometheusQueries.vllm(rate_window="5s", mean_window="10s")
+DEMAND_WINDOW = "5s"
+TEST_QUERIES = PrometheusQueries.vllm(rate_window=DEMAND_WINDOW, mean_window="10s")
 
 TICK = "500ms"
 
@@ -96,6 +97,7 @@ def settings_for(prometheus_url: str, **overrides: Any) -> RunSettings:
         "staleness_limit": "5s",
         "backfill_days": 0.01,
         "queries": TEST_QUERIES,
+        "demand_window": DEMAND_WINDOW,
     }
     values.update(overrides)
     return RunSettings(**values)

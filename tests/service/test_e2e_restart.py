@@ -251,3 +251,42 @@ async def test_a_component_whose_kind_changes_forgets_its_capacity(
 
 async def _learned(capacity) -> bool:  # type: ignore[no-untyped-def]
     return await capacity() is not None
+
+
+async def test_no_capacity_is_learned_before_a_whole_demand_window_at_target(
+    kube: FakeKube, live: Live
+) -> None:
+    """The service passes its `demand_window` to the core: at the load the test above learns
+    from within seconds (the test stack's 5 s window, which the core's default of 60 s would
+    not allow in its 30 s), a one-hour window learns nothing."""
+    namespace = "window"
+    kube.add_namespace(namespace)
+    for manifest in pd_manifests(namespace, {PREFILL: NO_BUFFER, DECODE: NO_BUFFER}):
+        kube.apply(manifest)
+    live.exporter.set_lws(
+        namespace=namespace, lws=PREFILL, waiting=0, kv_usage_fraction=0.76,
+        prompt_tokens_per_s=5000,
+    )  # fmt: skip
+    live.exporter.set_lws(namespace=namespace, lws=DECODE, waiting=1, kv_usage_fraction=0.5)
+    running = await start_service(
+        kube, settings_for(live.prometheus.url, namespaces=[namespace], demand_window="1h")
+    )
+    try:
+
+        async def at_target() -> bool:
+            _, body = await running.get("/decisions")
+            component = body["components"].get(f"{namespace}/{PREFILL}", {})
+            kv = ((component.get("inputs") or {}).get("signals") or {}).get("kv_usage_fraction")
+            return component.get("plan") is not None and kv == pytest.approx(0.76)
+
+        await wait_until(at_target, timeout_s=20, what="the prefill KV cache at 0.76")
+        ticks = running.service.loop.ticks
+        await wait_until(
+            lambda: running.service.loop.ticks >= ticks + 20, timeout_s=30, what="20 more ticks"
+        )
+        _, body = await running.get("/decisions")
+        component = body["components"][f"{namespace}/{PREFILL}"]
+        assert component["inputs"]["signals"]["kv_usage_fraction"] == pytest.approx(0.76)
+        assert component["plan"]["capacity_per_gang"] is None
+    finally:
+        await running.close()

@@ -395,3 +395,36 @@ def test_fill_collection_gaps_interpolates_in_time() -> None:
     assert filled.tolist() == [10.0, 10.0, 20.0, 30.0, 40.0]
     untouched = np.array([1.0, 2.0, 3.0, 4.0, 5.0])
     assert fill_collection_gaps(t, untouched, gap=untouched == 0) is untouched
+
+
+def test_a_null_target_utilization_leaves_the_capacity_to_be_learned() -> None:
+    """`gang.<component>_target_utilization: null` runs `gang` as an operator who has not
+    measured a capacity per gang: the annotation is unset, and the core learns it once a
+    component has stayed at its target for the demand window."""
+    from autoscaler.sim.engine import simulate
+    from autoscaler.sim.gang_policy import default_annotations
+    from autoscaler.sim.runner import gang_capacity
+    from autoscaler.sim.workload import resolve_trace
+
+    settings = load_settings(
+        gang={"prefill_target_utilization": None, "decode_target_utilization": None}
+    )
+    workload, _ = load_workload(
+        resolve_trace("builtin", traces_dir=None), settings, scale=None, name="builtin"
+    )
+    workload = workload.slice(0.0, 40 * 60.0)
+    assert gang_capacity(workload, settings) == {"prefill": None, "decode": None}
+    annotations = default_annotations(
+        settings, "prefill", max_gangs=16, target_waiting=35, capacity=None
+    )
+    assert "gang-autoscaler.io/capacity-per-replica" not in annotations
+    settings = with_quota(workload, settings)
+    (controller,) = build_controllers(workload, settings, ["gang"])
+    plans = [controller.policies[k].capacity_per_replica for k in controller.keys.values()]
+    assert plans == [None, None]
+    simulate(workload, controller, settings, progress=False)
+    assert controller.last_plan is not None
+    prefill = controller.last_plan.components[controller.keys["prefill"]]
+    # a saturated prefill gang serves 40,000 prompt tokens/s; at its 0.8 target 32,000
+    assert prefill.capacity_per_gang is not None
+    assert 0.7 * 40_000 <= prefill.capacity_per_gang <= 40_000

@@ -90,7 +90,7 @@ Rules of autoscaler/service/settings.py that JSON Schema cannot express: without
 install succeeds and the pods crash-loop on start-up. Included by the settings ConfigMap.
 */}}
 {{- define "gang-autoscaler.validateValues" -}}
-{{- $durations := dict "tick" .Values.tick "watchStalenessLimit" .Values.watchStalenessLimit "prometheus.timeout" .Values.prometheus.timeout "prometheus.stalenessLimit" .Values.prometheus.stalenessLimit }}
+{{- $durations := dict "tick" .Values.tick "watchStalenessLimit" .Values.watchStalenessLimit "prometheus.timeout" .Values.prometheus.timeout "prometheus.stalenessLimit" .Values.prometheus.stalenessLimit "prometheus.demandWindow" .Values.prometheus.demandWindow }}
 {{- range $name, $duration := $durations }}
 {{- if lt (float64 (include "gang-autoscaler.durationSeconds" $duration)) 0.001 }}
 {{- fail (printf "%s %q is shorter than 1ms, the shortest duration the service accepts" $name $duration) }}
