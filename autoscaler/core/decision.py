@@ -235,6 +235,18 @@ def _draft(
                 f"forecast {forecast.point:g} in {forecast.horizon_s:g}s, {burst.detail}, at "
                 f"{capacity:g} per gang",
             )
+    elif policy.forecast and forecast is not None and capacity is None and readable:
+        # Said in the steps, or `/decisions` shows a forecast and no floor with no reason.
+        draft.steps.append(
+            Step(
+                "forecast",
+                draft.gangs,
+                draft.reason,
+                "no floor (and no demand step): no capacity per gang yet; set "
+                f"capacity-per-replica, or one is learned once the component has stayed at its "
+                f"target for {demand_window_s:g}s",
+            )
+        )
     # Step 2, at zero gangs: requests waiting in front of the deployment (a gateway's queue)
     # bring it back to its minimum; its own pods, having none, can say nothing.
     waiting = obs.signals.wake_requests

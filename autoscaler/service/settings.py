@@ -538,6 +538,7 @@ _FLAGS: tuple[tuple[str, str, dict[str, Any]], ...] = (
     ),
     ("--prometheus-ca-file", "prometheus_ca_file", {"metavar": "PATH"}),
     ("--staleness-limit", "staleness_limit", _duration_flag("staleness_limit")),
+    ("--demand-window", "demand_window", _duration_flag("demand_window")),
     (
         "--watch-staleness-limit",
         "watch_staleness_limit",

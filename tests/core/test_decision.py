@@ -1044,3 +1044,19 @@ def test_a_long_window_keeps_the_falling_steps_not_every_tick():
     idle = obs(ready=6, waiting=0, kv=0.1)
     result, _ = plan(observations(idle), {key: pol}, {}, memory, now=now + 15)
     assert result.components[key].desired_gangs == 6  # the first day's 6 is in the window
+
+
+def test_a_floor_skipped_for_want_of_a_capacity_says_so():
+    """Without `capacity-per-replica` and before one is learned, the forecast can set no
+    floor: the steps say why, so `/decisions` does not show a forecast ignored silently."""
+    result, _ = decide(obs(ready=2, waiting=4, kv=0.6, demand=1900), policy(), fc=forecast(9_000))
+    skipped = [s for s in result.steps if s.stage == "forecast"]
+    assert len(skipped) == 1
+    assert skipped[0].gangs == 2 and "no capacity per gang yet" in skipped[0].detail
+    assert "60s" in skipped[0].detail
+    pinned, _ = decide(
+        obs(ready=2, waiting=4, kv=0.6, demand=1900),
+        policy(capacity_per_replica=1000),
+        fc=forecast(9_000),
+    )
+    assert [s.gangs for s in pinned.steps if s.stage == "forecast"] == [9]
