@@ -391,6 +391,10 @@ def test_a_hold_ends_a_saturated_stretch():
     assert held.of(SATURATED.key).saturated_since is None
     _, after = decide(SATURATED, policy(), memory=held.of(SATURATED.key), now=NOW + 30)
     assert (after.saturated_since, after.learned_capacity_per_gang) == (NOW + 30, None)
+    # held for want of a valid policy: the same
+    _, unparsed = plan(observations(SATURATED), {}, {}, Memory({SATURATED.key: memory}),
+                       now=NOW + 15)  # fmt: skip
+    assert unparsed.of(SATURATED.key).saturated_since is None
 
 
 def test_a_stretch_stamped_in_the_future_starts_again_now():
