@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 
+from autoscaler.core.gang_plan import SaturatedStretch
 from autoscaler.core.model import ComponentObservation
 from autoscaler.core.policy import Policy
 
@@ -32,20 +33,34 @@ MIN_CAPACITY = 1e-6
 DEFAULT_DEMAND_WINDOW_S = 60.0
 
 
-def saturated_since(
-    previous: float | None, obs: ComponentObservation, *, usage_ratio: float | None, now: float
-) -> float | None:
-    """When the component's current stretch at or above `MIN_RATIO_TO_LEARN` began (with
-    ready gangs and a readable ratio), or None when it is not in one."""
+def extend_stretch(
+    previous: SaturatedStretch | None,
+    obs: ComponentObservation,
+    *,
+    usage_ratio: float | None,
+    now: float,
+    demand_window_s: float,
+) -> SaturatedStretch | None:
+    """The stretch this reading belongs to, or None when the component is not at its
+    target (or has no ready gang, or no readable ratio). A new one starts when the ready
+    gangs changed, when the last reading is more than a window old (a tick that was never
+    planned saw nothing), or when the clock went back."""
+    ready = obs.ready_gangs
     if (
         usage_ratio is None
         or not math.isfinite(usage_ratio)
         or usage_ratio < MIN_RATIO_TO_LEARN
-        or obs.ready_gangs == 0
+        or ready == 0
     ):
         return None
-    # a start stamped after `now` is from before the clock was stepped back
-    return previous if previous is not None and previous <= now else now
+    if (
+        previous is None
+        or previous.ready_gangs != ready
+        or not previous.since <= previous.last <= now
+        or now - previous.last > demand_window_s
+    ):
+        return SaturatedStretch(since=now, last=now, ready_gangs=ready)
+    return SaturatedStretch(since=previous.since, last=now, ready_gangs=ready)
 
 
 def learn_capacity(
@@ -53,11 +68,11 @@ def learn_capacity(
     obs: ComponentObservation,
     *,
     usage_ratio: float | None,
-    saturated_for_s: float | None,
+    stretch: SaturatedStretch | None,
     demand_window_s: float,
 ) -> float | None:
-    """Blend a new capacity sample into `previous` once the component has been saturated
-    (`saturated_for_s`, None when it is not) for the demand signal's whole rate window."""
+    """Blend a new capacity sample into `previous` once the component's saturated
+    `stretch` (None: not saturated) covers the demand signal's whole rate window."""
     demand = obs.signals.demand
     ready = obs.ready_gangs
     if (
@@ -65,8 +80,8 @@ def learn_capacity(
         or usage_ratio is None
         or not math.isfinite(usage_ratio)
         or usage_ratio < MIN_RATIO_TO_LEARN
-        or saturated_for_s is None
-        or saturated_for_s < demand_window_s
+        or stretch is None
+        or stretch.last - stretch.since < demand_window_s
         or ready == 0
         or demand <= 0
     ):

@@ -20,9 +20,9 @@ from autoscaler.core.burst import BurstFactor, burst_factor, remember_demand
 from autoscaler.core.capacity import (
     DEFAULT_DEMAND_WINDOW_S,
     capacity_per_gang,
+    extend_stretch,
     gangs_for_demand,
     learn_capacity,
-    saturated_since,
 )
 from autoscaler.core.coupling import couple_deployment, functional_minimum
 from autoscaler.core.fit import GrowthRequest, allocate_growth
@@ -50,6 +50,10 @@ from autoscaler.core.stabilization import (
     remember_proposal,
     stabilize_scale_down,
 )
+
+# A note in the steps, not a stage that sets a count: the floor skipped for want of a
+# capacity per gang.
+NO_FLOOR_STAGE = "no_floor"
 
 
 @dataclass(slots=True)
@@ -106,7 +110,7 @@ def _held_on_policy_error(
     stretch ends: what was not read cannot count toward learning a capacity."""
     held, _ = _held(obs, Reason.HOLD_POLICY_ERROR, detail, memory)
     proposals = remember_proposal(memory.proposals, obs.spec_gangs, now=now)
-    return held, replace(memory, proposals=proposals, saturated_since=None)
+    return held, replace(memory, proposals=proposals, saturated=None)
 
 
 def hold_every_component(
@@ -129,14 +133,16 @@ def hold_every_component(
         previous = memory.of(key)
         plans[key], _ = _held(obs, reason, detail, previous)
         policy = policies.get(key)
-        if policy is not None:
+        if policy is None:
+            memories[key] = replace(previous, saturated=None)
+        else:
             history = prune_proposals(
                 previous.proposals, window_s=policy.scale_down_window_s, now=now
             )
             memories[key] = replace(
                 previous,
                 proposals=remember_proposal(history, obs.spec_gangs, now=now),
-                saturated_since=None,
+                saturated=None,
             )
     return GangPlan(components=plans), Memory(components=memories)
 
@@ -176,13 +182,16 @@ def _draft(
     ratio = proposal.usage_ratio
     if ratio is not None:
         ratio = min(ratio, 1.0 / policy.target_kv_cache)
-    since = saturated_since(memory.saturated_since, obs, usage_ratio=ratio, now=now)
-    learned = learn_capacity(
-        previous,
+    # readings under another template (or demand query, or LWS object) say nothing of this one
+    stretch = extend_stretch(
+        memory.saturated if same_template else None,
         obs,
         usage_ratio=ratio,
-        saturated_for_s=None if since is None else now - since,
+        now=now,
         demand_window_s=demand_window_s,
+    )
+    learned = learn_capacity(
+        previous, obs, usage_ratio=ratio, stretch=stretch, demand_window_s=demand_window_s
     )
     capacity = capacity_per_gang(policy, learned)
     demand_samples = remember_demand(memory.demand_samples, obs.signals.demand, now=now)
@@ -197,7 +206,7 @@ def _draft(
             memory,
             learned_capacity_per_gang=learned,
             learned_template=obs.template,
-            saturated_since=since,
+            saturated=stretch,
             not_ready_first_seen=ages.first_seen,
             demand_samples=demand_samples,
         ),
@@ -239,12 +248,12 @@ def _draft(
         # Said in the steps, or `/decisions` shows a forecast and no floor with no reason.
         draft.steps.append(
             Step(
-                "forecast",
+                NO_FLOOR_STAGE,
                 draft.gangs,
                 draft.reason,
                 "no floor (and no demand step): no capacity per gang yet; set "
-                f"capacity-per-replica, or one is learned once the component has stayed at its "
-                f"target for {demand_window_s:g}s",
+                "capacity-per-replica, or one is learned once the component has stayed at 90% "
+                f"of its target or above for {demand_window_s:g}s",
             )
         )
     # Step 2, at zero gangs: requests waiting in front of the deployment (a gateway's queue)
@@ -389,10 +398,16 @@ def _fit(drafts: Mapping[ComponentKey, _Draft], observations: Observations) -> N
 
 def _detail(d: _Draft) -> str:
     """Why the count is what it is: the detail of the last step that gave the reason, and
-    the fit step's note when some of the gangs wait for nodes (that step keeps the reason of
-    the step before it, whose detail it must not replace)."""
+    the fit step's note when some of the gangs wait for nodes (that step, like the note that
+    no floor was set, keeps the reason of the step before it, whose detail it must not
+    replace)."""
     why = next(
-        (s.detail for s in reversed(d.steps) if s.reason is d.reason and s.stage != "fit"), ""
+        (
+            s.detail
+            for s in reversed(d.steps)
+            if s.reason is d.reason and s.stage not in ("fit", NO_FLOOR_STAGE)
+        ),
+        "",
     )
     waiting = next(
         (s.detail for s in d.steps if s.stage == "fit" and s.reason is not Reason.CAPACITY_SHORT),

@@ -99,6 +99,16 @@ class GangPlan:
 
 
 @dataclass(frozen=True, slots=True)
+class SaturatedStretch:
+    """Consecutive readings at or above 90 % of their target (`capacity.MIN_RATIO_TO_LEARN`),
+    all with the same ready gangs (the window's demand is divided by them)."""
+
+    since: float
+    last: float  # the latest reading in it
+    ready_gangs: int
+
+
+@dataclass(frozen=True, slots=True)
 class ComponentMemory:
     """What one component's decisions remember between ticks."""
 
@@ -108,9 +118,9 @@ class ComponentMemory:
     learned_capacity_per_gang: float | None = None
     # the gang template (`ComponentObservation.template`) it was learned for
     learned_template: str | None = None
-    # when the component's current stretch at its target began (None: not at it); a
-    # capacity is learned only once it covers the demand signal's rate window
-    saturated_since: float | None = None
+    # the component's current run of readings at its target (None: not at it); a capacity
+    # is learned only once it covers the demand signal's rate window
+    saturated: SaturatedStretch | None = None
     # the proposal that caused the last scale-up, so gangs still starting are not stacked
     # on unless the need grew beyond it
     last_scale_up_need: int | None = None

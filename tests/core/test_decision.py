@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from autoscaler.core.decision import hold_every_component, plan
-from autoscaler.core.gang_plan import ComponentMemory, Memory, Reason
+from autoscaler.core.gang_plan import ComponentMemory, Memory, Reason, SaturatedStretch
 from autoscaler.core.model import ComponentKey, GangStatus, NodeCapacity, Signals
 from autoscaler.core.policy import Policy
 from autoscaler.core.shape import GangShape, PodShape
@@ -335,6 +335,8 @@ def test_a_growing_queue_does_not_collapse_the_learned_capacity():
 
 SATURATED = obs(ready=2, waiting=12, kv=0.5, demand=2500)  # 1000 per gang at target
 BELOW = obs(ready=2, waiting=4, kv=0.6, demand=2500)  # the same demand, under the target
+# three ready gangs, also 1000 each at target: a window that began with two is no sample
+SATURATED_3 = obs(ready=3, waiting=18, kv=0.5, demand=3750)
 
 
 @pytest.mark.parametrize(
@@ -357,6 +359,16 @@ BELOW = obs(ready=2, waiting=4, kv=0.6, demand=2500)  # the same demand, under t
             None,
             id="no-ready-gang-ends-the-stretch",
         ),
+        pytest.param(
+            [*[SATURATED] * 3, *[SATURATED_3] * 2],
+            None,
+            id="a-change-of-ready-gangs-starts-the-stretch-again",
+        ),
+        pytest.param(
+            [*[SATURATED] * 3, *[SATURATED_3] * 5],
+            1000,
+            id="the-new-gang-count-learns-after-its-own-window",
+        ),
     ],
 )
 def test_a_capacity_is_learned_only_after_a_whole_demand_window_at_target(readings, learned):
@@ -369,13 +381,23 @@ def test_a_capacity_is_learned_only_after_a_whole_demand_window_at_target(readin
     assert memory.learned_capacity_per_gang == (None if learned is None else pytest.approx(learned))
 
 
+def test_readings_more_than_a_window_apart_start_the_stretch_again():
+    """A tick that was never planned (past its deadline, say) saw nothing: two saturated
+    readings 75 s apart do not make a saturated minute."""
+    memory = ComponentMemory()
+    for t in (0, 15, 90, 105):
+        _, memory = decide(SATURATED, policy(), memory=memory, now=NOW + t)
+    assert memory.saturated is not None and memory.saturated.since == NOW + 90
+    assert memory.learned_capacity_per_gang is None
+
+
 def test_the_demand_window_is_the_one_the_caller_gives():
     memory = ComponentMemory()
     for i in range(2):  # 5 s apart: a 5 s window is covered on the second reading
         _, memory = decide(SATURATED, policy(), memory=memory, now=NOW + 5 * i, demand_window_s=5.0)
     assert memory.learned_capacity_per_gang == pytest.approx(1000)
-    _, longer = decide(SATURATED, policy(), memory=ComponentMemory(saturated_since=NOW),
-                       now=NOW + 5, demand_window_s=10.0)  # fmt: skip
+    _, longer = decide(SATURATED, policy(), memory=ComponentMemory(saturated=memory.saturated),
+                       now=NOW + 10, demand_window_s=15.0)  # fmt: skip
     assert longer.learned_capacity_per_gang is None
 
 
@@ -383,25 +405,39 @@ def test_a_hold_ends_a_saturated_stretch():
     """Ticks that read nothing cannot count toward the window: after a hold the stretch
     starts again from the next reading."""
     memory = saturate(SATURATED, policy(), for_s=45.0)
-    assert memory.saturated_since == NOW - 45.0
-    _, held = hold_every_component(
-        observations(SATURATED), {SATURATED.key: policy()}, Memory({SATURATED.key: memory}),
-        now=NOW + 15, reason=Reason.HOLD_STALE_VIEW, detail="stale",
-    )  # fmt: skip
-    assert held.of(SATURATED.key).saturated_since is None
+    assert memory.saturated is not None and memory.saturated.since == NOW - 45.0
+    for policies in ({SATURATED.key: policy()}, {}):  # with a policy, and without a valid one
+        _, held = hold_every_component(
+            observations(SATURATED), policies, Memory({SATURATED.key: memory}),
+            now=NOW + 15, reason=Reason.HOLD_STALE_VIEW, detail="stale",
+        )  # fmt: skip
+        assert held.of(SATURATED.key).saturated is None
     _, after = decide(SATURATED, policy(), memory=held.of(SATURATED.key), now=NOW + 30)
-    assert (after.saturated_since, after.learned_capacity_per_gang) == (NOW + 30, None)
+    assert after.saturated is not None and after.saturated.since == NOW + 30
+    assert after.learned_capacity_per_gang is None
     # held for want of a valid policy: the same
     _, unparsed = plan(observations(SATURATED), {}, {}, Memory({SATURATED.key: memory}),
                        now=NOW + 15)  # fmt: skip
-    assert unparsed.of(SATURATED.key).saturated_since is None
+    assert unparsed.of(SATURATED.key).saturated is None
 
 
 def test_a_stretch_stamped_in_the_future_starts_again_now():
     """A clock stepped back must not leave a start after `now` that makes the window look
     covered (or never covered)."""
-    _, memory = decide(SATURATED, policy(), memory=ComponentMemory(saturated_since=NOW + 600))
-    assert (memory.saturated_since, memory.learned_capacity_per_gang) == (NOW, None)
+    ahead = SaturatedStretch(since=NOW + 600, last=NOW + 600, ready_gangs=2)
+    _, memory = decide(SATURATED, policy(), memory=ComponentMemory(saturated=ahead))
+    assert memory.saturated == SaturatedStretch(since=NOW, last=NOW, ready_gangs=2)
+    assert memory.learned_capacity_per_gang is None
+
+
+def test_a_new_gang_template_starts_the_stretch_again():
+    """Readings under the old template (or demand query, or LWS object) say nothing of what
+    the new gangs serve: a stretch that ran through the change learns nothing at once."""
+    old, new = replace(SATURATED, template="a"), replace(SATURATED, template="b")
+    memory = saturate(old, policy(), for_s=45.0)
+    _, memory = decide(new, policy(), memory=memory, now=NOW + 15)
+    assert memory.learned_capacity_per_gang is None
+    assert memory.saturated is not None and memory.saturated.since == NOW + 15
 
 
 def test_a_new_gang_template_forgets_the_capacity_learned_for_the_old_one():
@@ -1054,10 +1090,14 @@ def test_a_floor_skipped_for_want_of_a_capacity_says_so():
     """Without `capacity-per-replica` and before one is learned, the forecast can set no
     floor: the steps say why, so `/decisions` does not show a forecast ignored silently."""
     result, _ = decide(obs(ready=2, waiting=4, kv=0.6, demand=1900), policy(), fc=forecast(9_000))
-    skipped = [s for s in result.steps if s.stage == "forecast"]
+    skipped = [s for s in result.steps if s.stage == "no_floor"]
     assert len(skipped) == 1
     assert skipped[0].gangs == 2 and "no capacity per gang yet" in skipped[0].detail
     assert "60s" in skipped[0].detail
+    # a note, not the reason: the plan's detail (Events, logs) still says why the count is
+    queue, _ = decide(obs(ready=2, waiting=12, kv=0.6), policy(), fc=forecast(9_000))
+    assert queue.reason is Reason.SCALE_UP_WAITING
+    assert "no capacity" not in queue.detail and "waiting" in queue.detail
     pinned, _ = decide(
         obs(ready=2, waiting=4, kv=0.6, demand=1900),
         policy(capacity_per_replica=1000),

@@ -257,8 +257,8 @@ async def test_no_capacity_is_learned_before_a_whole_demand_window_at_target(
     kube: FakeKube, live: Live
 ) -> None:
     """The service passes its `demand_window` to the core: at the load the test above learns
-    from within seconds (the test stack's 5 s window, which the core's default of 60 s would
-    not allow in its 30 s), a one-hour window learns nothing."""
+    from within seconds (the test stack's 5 s window), a one-hour window learns nothing, and
+    the plan says which window it waits for."""
     namespace = "window"
     kube.add_namespace(namespace)
     for manifest in pd_manifests(namespace, {PREFILL: NO_BUFFER, DECODE: NO_BUFFER}):
@@ -288,5 +288,8 @@ async def test_no_capacity_is_learned_before_a_whole_demand_window_at_target(
         component = body["components"][f"{namespace}/{PREFILL}"]
         assert component["inputs"]["signals"]["kv_usage_fraction"] == pytest.approx(0.76)
         assert component["plan"]["capacity_per_gang"] is None
+        # the window the plan names is the service's, not the core's default of 60 s
+        notes = [s["detail"] for s in component["plan"]["steps"] if s["stage"] == "no_floor"]
+        assert len(notes) == 1 and "for 3600s" in notes[0]
     finally:
         await running.close()

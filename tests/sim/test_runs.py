@@ -428,3 +428,26 @@ def test_a_null_target_utilization_leaves_the_capacity_to_be_learned() -> None:
     # a saturated prefill gang serves 40,000 prompt tokens/s; at its 0.8 target 32,000
     assert prefill.capacity_per_gang is not None
     assert 0.7 * 40_000 <= prefill.capacity_per_gang <= 40_000
+
+
+def test_bursts_of_seconds_teach_no_capacity() -> None:
+    """The Azure code trace's bursts fill the prefill queue for seconds while the one-minute
+    demand rate reads the quiet around them. Sampled at any saturated tick, its first 20
+    minutes taught prefill about 10,600 prompt tokens/s per gang (a third of the 32,000 at
+    target), from which the floor ordered up to three times the gangs over the hour. No
+    stretch lasts a whole minute at target, so nothing is learned."""
+    from autoscaler.sim.engine import simulate
+
+    settings = load_settings(
+        gang={"prefill_target_utilization": None, "decode_target_utilization": None}
+    )
+    path = shared_data_path("traces", "AzureLLMInferenceTrace_code.csv")
+    workload, _ = load_workload(path, settings, scale=None, name="azure-code")
+    workload = workload.slice(0.0, 20 * 60.0)
+    settings = with_quota(workload, settings)
+    (controller,) = build_controllers(workload, settings, ["gang"])
+    simulate(workload, controller, settings, progress=False)
+    assert controller.last_plan is not None
+    prefill = controller.last_plan.components[controller.keys["prefill"]]
+    assert prefill.capacity_per_gang is None
+    assert any(s.stage == "no_floor" for s in prefill.steps)
