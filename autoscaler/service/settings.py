@@ -350,9 +350,9 @@ class RunSettings(BaseSettings):
     demand_window: Duration = Field(
         default=timedelta(minutes=1),
         description="The rate() window of the demand queries. A capacity per gang is learned "
-        "only once a component has stayed at 90 % of its target or above this long: a shorter burst fills the "
-        "queue while the window's rate still reads the quiet seconds around it. Change it "
-        "with the queries' window.",
+        "only once a component has stayed at 90 % of its target or above this long: a "
+        "shorter burst fills the queue while the window's rate still reads the quiet seconds "
+        "around it. Change it with the queries' window.",
     )
     watch_staleness_limit: Duration = Field(
         default=timedelta(seconds=60),
