@@ -1,15 +1,15 @@
 """Demand one gang serves at target, and the gang counts a demand forecast implies.
 
-Capacity per gang comes from the policy, or is learned: while a component runs at or above
-its target, the demand it sees per ready gang, scaled back to the target, is a sample of
-what one gang serves at target. Samples are blended exponentially so one odd tick does not
-swing the forecast floor.
+Capacity per gang comes from the policy, or is learned: while a component runs at 90 % of
+its target or above, the demand it sees per ready gang, scaled back to the target, is a
+sample of what one gang serves at target. Samples are blended exponentially so one odd tick
+does not swing the forecast floor.
 
 The demand signal is a rate over a window (`rate(...[1m])` in the default queries), so a
-sample is taken only once the component has stayed at or above its target for that whole
-window. A burst of seconds fills the queue while the minute's rate still reads the quiet
-seconds around it: learning from it, a bursty code assistant's prefill learned a third of
-what a gang serves, and the floor then ordered three times the gangs (docs/results.md).
+sample is taken only once the component has stayed there for that whole window. A burst of
+seconds fills the queue while the minute's rate still reads the quiet seconds around it:
+learning from it, a bursty code assistant's prefill learned a third of what a gang serves,
+and the floor then ordered three times the gangs (docs/results.md).
 
 Must not import: asyncio, aiohttp, kubernetes_asyncio, prometheus_api_client, statsmodels.
 """
@@ -17,6 +17,7 @@ Must not import: asyncio, aiohttp, kubernetes_asyncio, prometheus_api_client, st
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from autoscaler.core.gang_plan import SaturatedStretch
 from autoscaler.core.model import ComponentObservation
@@ -31,6 +32,10 @@ MIN_RATIO_TO_LEARN = 0.9
 MIN_CAPACITY = 1e-6
 # The window of the default demand queries' rate(); the service passes its own setting.
 DEFAULT_DEMAND_WINDOW_S = 60.0
+# Readings further apart than this many demand windows leave time unseen between them: the
+# stretch starts again. Two, so a tick or two that was never planned (past its deadline, a
+# failed plan) or a tick as long as the window itself does not stop learning.
+MAX_GAP_WINDOWS = 2.0
 
 
 def extend_stretch(
@@ -41,10 +46,10 @@ def extend_stretch(
     now: float,
     demand_window_s: float,
 ) -> SaturatedStretch | None:
-    """The stretch this reading belongs to, or None when the component is not at its
+    """The stretch this reading belongs to, or None when the component is under 90 % of its
     target (or has no ready gang, or no readable ratio). A new one starts when the ready
-    gangs changed, when the last reading is more than a window old (a tick that was never
-    planned saw nothing), or when the clock went back."""
+    gangs or the gang template changed, when the last reading is more than
+    `MAX_GAP_WINDOWS` windows old, or when the clock went back."""
     ready = obs.ready_gangs
     if (
         usage_ratio is None
@@ -56,11 +61,12 @@ def extend_stretch(
     if (
         previous is None
         or previous.ready_gangs != ready
-        or not previous.since <= previous.last <= now
-        or now - previous.last > demand_window_s
+        or previous.template != obs.template
+        or not previous.last <= now
+        or now - previous.last > MAX_GAP_WINDOWS * demand_window_s
     ):
-        return SaturatedStretch(since=now, last=now, ready_gangs=ready)
-    return SaturatedStretch(since=previous.since, last=now, ready_gangs=ready)
+        return SaturatedStretch(since=now, last=now, ready_gangs=ready, template=obs.template)
+    return replace(previous, last=now)
 
 
 def learn_capacity(
@@ -81,7 +87,7 @@ def learn_capacity(
         or not math.isfinite(usage_ratio)
         or usage_ratio < MIN_RATIO_TO_LEARN
         or stretch is None
-        or stretch.last - stretch.since < demand_window_s
+        or not stretch.last - stretch.since >= demand_window_s > 0
         or ready == 0
         or demand <= 0
     ):

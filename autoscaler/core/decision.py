@@ -182,9 +182,8 @@ def _draft(
     ratio = proposal.usage_ratio
     if ratio is not None:
         ratio = min(ratio, 1.0 / policy.target_kv_cache)
-    # readings under another template (or demand query, or LWS object) say nothing of this one
     stretch = extend_stretch(
-        memory.saturated if same_template else None,
+        memory.saturated,
         obs,
         usage_ratio=ratio,
         now=now,
@@ -455,7 +454,7 @@ def plan(
 ) -> tuple[GangPlan, Memory]:
     """Decide the gangs and balloon gangs of every observed component. `demand_window_s` is
     the rate window of the demand signals: a capacity per gang is learned only once a
-    component has been saturated for that long."""
+    component has stayed at 90 % of its target or above for that long."""
     plans: dict[ComponentKey, ComponentPlan] = {}
     memories: dict[ComponentKey, ComponentMemory] = {}
 

@@ -101,11 +101,13 @@ class GangPlan:
 @dataclass(frozen=True, slots=True)
 class SaturatedStretch:
     """Consecutive readings at or above 90 % of their target (`capacity.MIN_RATIO_TO_LEARN`),
-    all with the same ready gangs (the window's demand is divided by them)."""
+    all with the same ready gangs (the window's demand is divided by them) and the same gang
+    template (`ComponentObservation.template`)."""
 
     since: float
     last: float  # the latest reading in it
     ready_gangs: int
+    template: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,8 +120,8 @@ class ComponentMemory:
     learned_capacity_per_gang: float | None = None
     # the gang template (`ComponentObservation.template`) it was learned for
     learned_template: str | None = None
-    # the component's current run of readings at its target (None: not at it); a capacity
-    # is learned only once it covers the demand signal's rate window
+    # the component's current run of readings at 90 % of its target or above (None: not in
+    # one); a capacity is learned only once it covers the demand signal's rate window
     saturated: SaturatedStretch | None = None
     # the proposal that caused the last scale-up, so gangs still starting are not stacked
     # on unless the need grew beyond it

@@ -37,6 +37,7 @@ from autoscaler.adapters.kube_client import DEFAULT_REQUEST_TIMEOUT_S, new_api_c
 from autoscaler.adapters.kube_errors import KubeAdapterError
 from autoscaler.adapters.leader_election import LeaderElector
 from autoscaler.adapters.prometheus_source import PrometheusSource
+from autoscaler.core.capacity import MAX_GAP_WINDOWS
 from autoscaler.service.capacity_restore import CapacityRestore
 from autoscaler.service.control_loop import ControlLoop
 from autoscaler.service.decisions_view import decisions_view
@@ -260,6 +261,15 @@ class Service:
             self.http.port,
             self.settings.forecast_model,
         )
+        if self.tick_s > MAX_GAP_WINDOWS * self.settings.demand_window_s:
+            log.warning(
+                "tick %gs is more than %g demand windows (%gs): no capacity per gang can be "
+                "learned, since readings that far apart leave the window between them unseen; "
+                "set capacity-per-replica on the LWS objects, or a shorter tick",
+                self.tick_s,
+                MAX_GAP_WINDOWS,
+                self.settings.demand_window_s,
+            )
 
     async def run(self, stop: asyncio.Event) -> None:
         """Tick every `tick_s` until `stop` is set; a tick in flight then gets the grace."""

@@ -20,7 +20,7 @@ import collections
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 
 from autoscaler.adapters.kube_adapter import KubeAdapter
@@ -159,6 +159,8 @@ def plan_isolated(
                 plans[k] = _held_plan(
                     k, obs.spec_gangs, obs.balloon_gangs, f"planning failed: {err!r}"
                 )
+                # what this tick read was not planned from: a saturated stretch ends here
+                memories[k] = replace(memory.of(k), saturated=None)
             continue
         plans.update(sub_plan.components)
         memories.update(sub_memory.components)

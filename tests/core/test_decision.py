@@ -381,14 +381,18 @@ def test_a_capacity_is_learned_only_after_a_whole_demand_window_at_target(readin
     assert memory.learned_capacity_per_gang == (None if learned is None else pytest.approx(learned))
 
 
-def test_readings_more_than_a_window_apart_start_the_stretch_again():
-    """A tick that was never planned (past its deadline, say) saw nothing: two saturated
-    readings 75 s apart do not make a saturated minute."""
+def test_readings_more_than_two_windows_apart_start_the_stretch_again():
+    """Between two readings 135 s apart nothing was seen (ticks never planned, say): they do
+    not make a saturated minute. A tick as long as the window still learns."""
     memory = ComponentMemory()
-    for t in (0, 15, 90, 105):
+    for t in (0, 15, 150, 165):
         _, memory = decide(SATURATED, policy(), memory=memory, now=NOW + t)
-    assert memory.saturated is not None and memory.saturated.since == NOW + 90
+    assert memory.saturated is not None and memory.saturated.since == NOW + 150
     assert memory.learned_capacity_per_gang is None
+    memory = ComponentMemory()
+    for t in (0, 60):  # a 60 s tick
+        _, memory = decide(SATURATED, policy(), memory=memory, now=NOW + t)
+    assert memory.learned_capacity_per_gang == pytest.approx(1000)
 
 
 def test_the_demand_window_is_the_one_the_caller_gives():
@@ -1094,6 +1098,9 @@ def test_a_floor_skipped_for_want_of_a_capacity_says_so():
     assert len(skipped) == 1
     assert skipped[0].gangs == 2 and "no capacity per gang yet" in skipped[0].detail
     assert "60s" in skipped[0].detail
+    short, _ = decide(obs(ready=2, waiting=4, kv=0.6, demand=1900), policy(),
+                      fc=forecast(9_000), demand_window_s=5.0)  # fmt: skip
+    assert [s.detail.endswith("for 5s") for s in short.steps if s.stage == "no_floor"] == [True]
     # a note, not the reason: the plan's detail (Events, logs) still says why the count is
     queue, _ = decide(obs(ready=2, waiting=12, kv=0.6), policy(), fc=forecast(9_000))
     assert queue.reason is Reason.SCALE_UP_WAITING

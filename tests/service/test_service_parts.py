@@ -22,7 +22,14 @@ from aiohttp import web
 from autoscaler.adapters.kube_state import build_state
 from autoscaler.adapters.prometheus_source import ComponentTarget, PrometheusSource
 from autoscaler.core.decision import plan as core_plan
-from autoscaler.core.gang_plan import ComponentPlan, GangPlan, Memory, Reason
+from autoscaler.core.gang_plan import (
+    ComponentMemory,
+    ComponentPlan,
+    GangPlan,
+    Memory,
+    Reason,
+    SaturatedStretch,
+)
 from autoscaler.core.model import Component, ComponentKey
 from autoscaler.service.app import (
     _stop_executor,
@@ -55,14 +62,18 @@ def test_a_plan_that_raises_holds_only_its_deployment() -> None:
         return core_plan(observed, *args, **kwargs)
 
     errors: list[str] = []
+    # b was in a saturated stretch: what this tick read was not planned from, so it ends
+    stretch = SaturatedStretch(since=950.0, last=985.0, ready_gangs=2)
+    before = Memory({B: ComponentMemory(saturated=stretch, learned_capacity_per_gang=7.0)})
     plan, memory = plan_isolated(
-        inputs, policies, {}, Memory(), now_s=1000.0, on_error=errors.append, planner=planner
+        inputs, policies, {}, before, now_s=1000.0, on_error=errors.append, planner=planner
     )
     assert plan.components[A].desired_gangs > 2  # a still scales on its queue
     assert plan.components[B].desired_gangs == 2 and plan.components[B].hold
     assert "ZeroDivisionError" in plan.components[B].detail
     assert errors == ["plan"]
     assert A in memory.components
+    assert memory.of(B).saturated is None and memory.of(B).learned_capacity_per_gang == 7.0
 
 
 def test_first_sight_starts_the_scale_down_window() -> None:
@@ -268,6 +279,29 @@ async def test_a_prometheus_that_hangs_cannot_stall_the_loop(
         assert (timeouts or 0) + (deadlines or 0) >= 3
     finally:
         await running.close()
+
+
+@pytest.mark.parametrize(("demand_window", "warned"), [("200ms", True), ("5s", False)])
+async def test_a_tick_too_long_to_learn_a_capacity_is_warned_of_at_start(
+    kube: FakeKube,
+    silent_prometheus: str,
+    caplog: pytest.LogCaptureFixture,
+    demand_window: str,
+    warned: bool,
+) -> None:
+    """Readings more than two demand windows apart never make a stretch at target, so no
+    capacity per gang is ever learned: the service says so instead of staying silent."""
+    caplog.set_level(logging.WARNING, logger="autoscaler.service.app")
+    running = await start_service(
+        kube, settings_for(silent_prometheus, demand_window=demand_window, backfill_days=0)
+    )
+    await running.close()
+    found = [
+        r.getMessage() for r in caplog.records if "no capacity per gang can be" in r.getMessage()
+    ]
+    assert len(found) == (1 if warned else 0)
+    if warned:
+        assert found[0].startswith("tick 0.5s is more than 2 demand windows (0.2s)")
 
 
 def test_forecast_horizon_counts_from_now_not_from_the_last_closed_window() -> None:
