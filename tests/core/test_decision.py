@@ -1111,3 +1111,11 @@ def test_a_floor_skipped_for_want_of_a_capacity_says_so():
         fc=forecast(9_000),
     )
     assert [s.gangs for s in pinned.steps if s.stage == "forecast"] == [9]
+
+
+@pytest.mark.parametrize("window_s", [0.0, float("nan")])
+def test_no_window_learns_nothing_from_one_reading(window_s):
+    """The service refuses a window under 1 ms; a caller that passes none must not have a
+    single reading taken for a whole saturated window."""
+    _, memory = decide(SATURATED, policy(), demand_window_s=window_s)
+    assert memory.learned_capacity_per_gang is None
