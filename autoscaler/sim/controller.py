@@ -41,6 +41,8 @@ class Action:
     remove_groups: tuple[int, ...] = ()  # partial gangs rolled back (group indexes)
     forecast_point: float | None = None
     forecast_upper: float | None = None
+    # the demand one gang serves at target that the policy planned with (set or learned)
+    capacity_per_gang: float | None = None
 
 
 class Controller(Protocol):

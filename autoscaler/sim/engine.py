@@ -127,6 +127,7 @@ _COMPONENT_COLUMNS = (
     "capacity",
     "forecast_point",
     "forecast_upper",
+    "capacity_per_gang",
 )
 
 
@@ -236,6 +237,8 @@ def _record(
                 series[f"{name}_forecast_point"][k] = action.forecast_point
             if action.forecast_upper is not None:
                 series[f"{name}_forecast_upper"][k] = action.forecast_upper
+            if action.capacity_per_gang is not None:
+                series[f"{name}_capacity_per_gang"][k] = action.capacity_per_gang
 
 
 def gang_capacity(component: str, settings: SimSettings) -> float:

@@ -222,6 +222,7 @@ class GangController:
                 remove_groups=component_plan.rolled_back_groups,
                 forecast_point=None if forecast is None else forecast.point,
                 forecast_upper=None if forecast is None else forecast.upper,
+                capacity_per_gang=component_plan.capacity_per_gang,
             )
         return actions
 

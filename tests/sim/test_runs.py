@@ -148,8 +148,11 @@ def test_gang_policy_plans_from_the_forecaster_it_is_given() -> None:
         return Expects(step_s=step_s) if component == "prefill" else make_forecaster(step_s=step_s)
 
     (controller,) = build_controllers(workload, settings, ["gang"], forecaster_factory=factory)
-    simulate(workload, controller, settings, progress=False)
+    result = simulate(workload, controller, settings, progress=False)
     assert sorted(built) == ["decode", "prefill"]
+    # the capacity planned with, from the first tick: the annotation's
+    planned = result.series["prefill_capacity_per_gang"][round(settings.tick_s / settings.step_s) :]
+    assert set(planned.tolist()) == {36_000.0}
     assert controller.last_plan is not None
     plans = {p.key.lws: p for p in controller.last_plan.components.values()}
     floors = {
@@ -422,12 +425,16 @@ def test_a_null_target_utilization_leaves_the_capacity_to_be_learned() -> None:
     (controller,) = build_controllers(workload, settings, ["gang"])
     plans = [controller.policies[k].capacity_per_replica for k in controller.keys.values()]
     assert plans == [None, None]
-    simulate(workload, controller, settings, progress=False)
+    result = simulate(workload, controller, settings, progress=False)
     assert controller.last_plan is not None
     prefill = controller.last_plan.components[controller.keys["prefill"]]
     # a saturated prefill gang serves 40,000 prompt tokens/s; at its 0.8 target 32,000
     assert prefill.capacity_per_gang is not None
     assert 0.7 * 40_000 <= prefill.capacity_per_gang <= 40_000
+    # the time series shows when it was learned: nothing at first, the plan's value at the end
+    learned = result.series["prefill_capacity_per_gang"]
+    assert np.isnan(learned[: round(60 / settings.step_s)]).all()
+    assert learned[-1] == prefill.capacity_per_gang
 
 
 def test_bursts_of_seconds_teach_no_capacity() -> None:
