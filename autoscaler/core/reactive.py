@@ -34,6 +34,8 @@ class Proposal:
     partial_data: bool = False
     # largest observed/target ratio over the signals that were read
     usage_ratio: float | None = None
+    # the queue's ratio alone (None when the queue was not read)
+    waiting_ratio: float | None = None
 
 
 def _signal_proposal(
@@ -65,6 +67,7 @@ def reactive_proposal(
     current = obs.spec_gangs
     candidates: list[tuple[int, float, Reason, Reason, str]] = []
     missing: list[str] = []
+    waiting_ratio: float | None = None
 
     if signals.waiting_requests is None:
         missing.append("waiting_requests")
@@ -76,6 +79,7 @@ def reactive_proposal(
             current_gangs=current,
             tolerance=tolerance,
         )
+        waiting_ratio = ratio
         candidates.append(
             (
                 gangs,
@@ -130,8 +134,16 @@ def reactive_proposal(
             f"{detail}; not scaling down while {names} is missing",
             partial_data=True,
             usage_ratio=top_ratio,
+            waiting_ratio=waiting_ratio,
         )
-    return Proposal(gangs, reason, detail, partial_data=bool(missing), usage_ratio=top_ratio)
+    return Proposal(
+        gangs,
+        reason,
+        detail,
+        partial_data=bool(missing),
+        usage_ratio=top_ratio,
+        waiting_ratio=waiting_ratio,
+    )
 
 
 def demand_proposal(

@@ -1119,3 +1119,39 @@ def test_no_window_learns_nothing_from_one_reading(window_s):
     single reading taken for a whole saturated window."""
     _, memory = decide(SATURATED, policy(), demand_window_s=window_s)
     assert memory.learned_capacity_per_gang is None
+
+
+@pytest.mark.parametrize(
+    ("prefill", "decode", "learned"),
+    [
+        pytest.param(
+            dict(waiting=2, kv=1.0),
+            dict(waiting=40, kv=0.5),
+            {"prefill": None, "decode": 1000},
+            id="prefill-cache-full-behind-decode-learns-nothing",
+        ),
+        pytest.param(
+            dict(waiting=12, kv=0.3),
+            dict(waiting=2, kv=1.0),
+            {"prefill": 1000, "decode": 1000},
+            id="prefill-queue-and-decode-cache-learn",
+        ),
+    ],
+)
+def test_prefill_learns_at_its_queue_not_its_kv_cache(prefill, decode, learned):
+    """A prefill gang's KV cache also holds prompts that decode has not taken yet. On
+    ServeGen m-small, with decode 200,000 requests behind, prefill's full cache taught it
+    18,800 prompt tokens/s per gang (32,000 at target), and it kept that value for eleven
+    days. Its queue says when prefill itself is short; decode's full cache is its own."""
+    parts = {
+        "prefill": obs("chat-p", ready=2, demand=2500, **prefill),
+        "decode": obs("chat-d", ready=2, demand=2500, **decode),
+    }
+    policies = {
+        parts[c].key: policy(deployment="chat", component=c, target_waiting=4) for c in parts
+    }
+    memory = Memory()
+    for i in range(5):  # a whole minute of 15 s ticks
+        _, memory = plan(observations(*parts.values()), policies, {}, memory, now=NOW + 15 * i)
+    got = {c: memory.of(parts[c].key).learned_capacity_per_gang for c in parts}
+    assert got == {c: (None if v is None else pytest.approx(v)) for c, v in learned.items()}
