@@ -186,6 +186,8 @@ def _draft(
         # it can say decode is short, not what prefill serves. Learning from it, ServeGen
         # m-small's prefill learned 18,800 tokens/s per gang (32,000 at target) while
         # decode had 200,000 requests waiting (docs/results.md): prefill learns at its queue.
+        # A backlog behind decode that lasts long enough fills that queue too; not learning
+        # prefill while decode is saturated would need the deployment's view here.
         ratio = proposal.waiting_ratio
     if ratio is not None:
         ratio = min(ratio, 1.0 / policy.target_kv_cache)

@@ -1142,7 +1142,7 @@ def test_prefill_learns_at_its_queue_not_its_kv_cache(prefill, decode, learned):
     """A prefill gang's KV cache also holds prompts that decode has not taken yet. On
     ServeGen m-small, with decode 200,000 requests behind, prefill's full cache taught it
     18,800 prompt tokens/s per gang (32,000 at target), and it kept that value for eleven
-    days. Its queue says when prefill itself is short; decode's full cache is its own."""
+    days, while its queue stayed under target. Decode's full cache is its own."""
     parts = {
         "prefill": obs("chat-p", ready=2, demand=2500, **prefill),
         "decode": obs("chat-d", ready=2, demand=2500, **decode),

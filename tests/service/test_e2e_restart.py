@@ -63,9 +63,10 @@ async def test_a_restart_restores_the_learned_capacity(
     kube.add_namespace(NS)
     for manifest in pd_manifests(NS, {PREFILL: NO_BUFFER, DECODE: NO_BUFFER}):
         kube.apply(manifest)
-    # Near the KV-cache target (0.8): within tolerance, and loaded enough to learn from.
+    # The queue at its target (4 per gang): within tolerance, and loaded enough to learn
+    # from (prefill learns at its queue; its KV cache may be full of prompts for decode).
     live.exporter.set_lws(
-        namespace=NS, lws=PREFILL, waiting=0, kv_usage_fraction=0.76, prompt_tokens_per_s=5000
+        namespace=NS, lws=PREFILL, waiting=4, kv_usage_fraction=0.76, prompt_tokens_per_s=5000
     )
     live.exporter.set_lws(namespace=NS, lws=DECODE, waiting=1, kv_usage_fraction=0.5)
     vllm_targets = live.exporter.targets()
@@ -100,7 +101,7 @@ async def test_a_restart_restores_the_learned_capacity(
         await first.close()
 
         # Far below the target: nothing can be learned now, only restored.
-        live.exporter.set_lws(namespace=NS, lws=PREFILL, kv_usage_fraction=0.3)
+        live.exporter.set_lws(namespace=NS, lws=PREFILL, waiting=0, kv_usage_fraction=0.3)
         await asyncio.to_thread(live.prometheus.set_targets, vllm_targets)
         await wait_for_light_prefill(live, NS)
         second = await start_service(kube, settings_for(live.prometheus.url))
@@ -264,7 +265,7 @@ async def test_no_capacity_is_learned_before_a_whole_demand_window_at_target(
     for manifest in pd_manifests(namespace, {PREFILL: NO_BUFFER, DECODE: NO_BUFFER}):
         kube.apply(manifest)
     live.exporter.set_lws(
-        namespace=namespace, lws=PREFILL, waiting=0, kv_usage_fraction=0.76,
+        namespace=namespace, lws=PREFILL, waiting=4, kv_usage_fraction=0.76,
         prompt_tokens_per_s=5000,
     )  # fmt: skip
     live.exporter.set_lws(namespace=namespace, lws=DECODE, waiting=1, kv_usage_fraction=0.5)
