@@ -78,21 +78,18 @@ def learn_capacity(
     demand_window_s: float,
 ) -> float | None:
     """Blend a new capacity sample into `previous` once the component's saturated
-    `stretch` (None: not saturated) covers the demand signal's whole rate window."""
+    `stretch` for this reading (`extend_stretch`; None: not saturated, which also covers an
+    unreadable ratio and no ready gang) covers the demand signal's whole rate window."""
     demand = obs.signals.demand
-    ready = obs.ready_gangs
     if (
-        demand is None
+        stretch is None
         or usage_ratio is None
-        or not math.isfinite(usage_ratio)
-        or usage_ratio < MIN_RATIO_TO_LEARN
-        or stretch is None
         or not stretch.last - stretch.since >= demand_window_s > 0
-        or ready == 0
+        or demand is None
         or demand <= 0
     ):
         return previous
-    sample = demand / ready / usage_ratio
+    sample = demand / stretch.ready_gangs / usage_ratio
     if not (math.isfinite(sample) and sample >= MIN_CAPACITY):
         return previous  # a denormal or absurd reading would divide by ~0 next tick
     if previous is None:

@@ -134,17 +134,11 @@ def hold_every_component(
         previous = memory.of(key)
         plans[key], _ = _held(obs, reason, detail, previous)
         policy = policies.get(key)
-        if policy is None:
-            memories[key] = replace(previous, saturated=None)
-        else:
-            history = prune_proposals(
-                previous.proposals, window_s=policy.scale_down_window_s, now=now
-            )
-            memories[key] = replace(
-                previous,
-                proposals=remember_proposal(history, obs.spec_gangs, now=now),
-                saturated=None,
-            )
+        proposals = previous.proposals
+        if policy is not None:
+            history = prune_proposals(proposals, window_s=policy.scale_down_window_s, now=now)
+            proposals = remember_proposal(history, obs.spec_gangs, now=now)
+        memories[key] = replace(previous, proposals=proposals, saturated=None)
     return GangPlan(components=plans), Memory(components=memories)
 
 
