@@ -91,6 +91,9 @@ def test_ratio_band_is_prefill_per_decode():
             {"capacity_per_replica": "1e999"}, "capacity-per-replica", "finite", id="overflow"
         ),
         pytest.param({"lead_time": "9" * 400 + "s"}, "lead-time", "finite", id="huge-duration"),
+        # `100000h` parsed, and its forecast blocked the tick for 23 s every window
+        pytest.param({"lead_time": "24h1s"}, "lead-time", "longer than 24h", id="lead-over-a-day"),
+        pytest.param({"lead_time": "100000h"}, "lead-time", "longer than 24h", id="lead-100000h"),
         pytest.param(
             {"component": "prefill", "prefill_decode_ratio": "9" * 400 + ":1"},
             "prefill-decode-ratio",

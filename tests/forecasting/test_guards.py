@@ -188,3 +188,13 @@ def test_seasonal_naive_uses_the_window_one_day_before_the_target() -> None:
     # Target is 3 windows after the last (row 290); one day earlier is row 146.
     assert result.point == history.values[2 * DAY_WINDOWS - 1 + 3 - DAY_WINDOWS]
     assert result.fallback_reason is None
+
+
+@pytest.mark.parametrize("horizon_s", [8 * 86_400.0, 3.6e9])
+def test_a_horizon_past_a_week_is_refused_before_any_work(horizon_s: float) -> None:
+    """A state-space forecast costs time and memory in its steps: 1,000,000 hours ahead ran
+    out of 24 GiB instead of answering."""
+    forecaster = fitted("seasonal_envelope", servegen_cut("m-small", 0, 3 * DAY_WINDOWS))
+    with pytest.raises(ValueError, match="7 days"):
+        forecaster.forecast(horizon_s)
+    assert_sane(forecaster.forecast(7 * 86_400.0))
