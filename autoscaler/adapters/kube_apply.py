@@ -323,8 +323,17 @@ class Actuator:
                 ),
             )
 
+        # A refused write (RBAC, a webhook, the API down) is an error like a balloon's: the
+        # loop counts it in `errors_total{kind="kubernetes"}` and logs it, not only an Event
+        # that the same RBAC mistake may keep from being written.
+        scale_errors: tuple[str, ...] = ()
+        if outcome is not None and outcome.result is ScaleResult.FAILED:
+            scale_errors = (
+                f"scaling {outcome.from_gangs} -> {outcome.to_gangs} gangs failed: "
+                f"{outcome.detail}",
+            )
         if balloon_pods is None:
-            return ComponentApplied(key, dry, outcome, events=tuple(notes))
+            return ComponentApplied(key, dry, outcome, events=tuple(notes), errors=scale_errors)
         balloon_plan = plan_balloons(
             balloon_pods,
             lws_name=key.lws,
@@ -365,7 +374,7 @@ class Actuator:
                     message="balloon gang writes failed; the buffer is short: "
                     + "; ".join(result.failed),
                 )
-        errors = tuple(result.failed) if result else ()
+        errors = scale_errors + (tuple(result.failed) if result else ())
         return ComponentApplied(key, dry, outcome, balloon_plan, result, tuple(notes), errors)
 
     async def _report_scale(

@@ -430,6 +430,25 @@ async def test_an_hpa_list_with_no_answer_writes_nothing(kube, api):
     assert spec_replicas(kube, "llama-decode") == 1
 
 
+async def test_a_refused_scale_write_is_an_error_as_well_as_an_event(kube, adapter):
+    """A 403 on `/scale` (RBAC without patch, a webhook) was only a ScaleFailed Event: no
+    error for the loop to count in `errors_total` or log, and the same RBAC mistake can keep
+    the Event from being written."""
+    add_gpu_nodes(kube, 8)
+    add_pd(kube)
+    await settle(adapter, kube)
+    kube.inject_fault(code=403, method="PATCH", path_contains="/scale")
+    plan = GangPlan({DECODE: component_plan(DECODE, current=1, desired=2)})
+    report = await adapter.apply(plan, adapter.snapshot(now_s=time.time()), dry_run=False)
+
+    applied = report.components[DECODE]
+    assert applied.scale.result is ScaleResult.FAILED
+    assert applied.errors == ("scaling 1 -> 2 gangs failed: 403 Forbidden",)
+    (event,) = events(kube, "ScaleFailed")
+    assert event["message"] == "scaling 1 -> 2 gangs failed: 403 Forbidden"
+    assert spec_replicas(kube, "llama-decode") == 1
+
+
 async def test_a_refused_balloon_gang_is_a_warning_event_on_its_lws(kube, adapter):
     add_gpu_nodes(kube, 8)
     add_pd(kube)

@@ -31,6 +31,7 @@ NAMESPACES = (
     "mirror",
     "flip",
     "wake",
+    "scale-refused",
 )
 
 

@@ -218,3 +218,36 @@ async def test_falling_load_scales_down_only_after_the_window(kube: FakeKube, li
         assert spec_gangs(kube, ns, PREFILL) >= 1
     finally:
         await running.close()
+
+
+async def test_a_refused_scale_write_is_counted_and_the_loop_goes_on(
+    kube: FakeKube, live: Live
+) -> None:
+    """A 403 on every `/scale` (RBAC without patch on the scale subresource) was a
+    ScaleFailed Event and nothing else: `errors_total` stayed empty, so no alert fired."""
+    ns = "scale-refused"
+    kube.add_namespace(ns)
+    no_forecast = {**NO_BUFFER, "gang-autoscaler.io/forecast": "off"}
+    for manifest in pd_manifests(ns, {PREFILL: NO_BUFFER, DECODE: no_forecast}):
+        kube.apply(manifest)
+    live.exporter.set_lws(namespace=ns, lws=PREFILL, waiting=0, kv_usage_fraction=0.1)
+    live.exporter.set_lws(namespace=ns, lws=DECODE, waiting=6, kv_usage_fraction=0.1)
+    kube.inject_fault(code=403, method="PATCH", path_contains="/scale", times=10_000)
+    gangs_before = spec_gangs(kube, ns, DECODE)
+    running = await start_service(kube, settings_for(live.prometheus.url))
+    try:
+
+        def refused() -> list[dict]:
+            return [e for e in kube.objects("events", ns) if e.get("reason") == "ScaleFailed"]
+
+        await wait_until(lambda: bool(refused()), timeout_s=20, what="a ScaleFailed Event")
+
+        async def counted() -> bool:
+            return bool(await running.metric("gang_autoscaler_errors_total", kind="kubernetes"))
+
+        await wait_until(counted, timeout_s=10, what="errors_total{kind=kubernetes}")
+        assert "failed: 403 Forbidden" in refused()[0]["message"]
+        assert spec_gangs(kube, ns, DECODE) == gangs_before
+        assert running.task is not None and not running.task.done()
+    finally:
+        await running.close()
