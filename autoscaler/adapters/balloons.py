@@ -19,7 +19,7 @@ import hashlib
 import itertools
 import json
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +30,7 @@ from autoscaler.adapters.kube_errors import (
     API_CALL_ERRORS,
     BalloonShapeError,
     KubeApiError,
+    NotLeader,
     describe,
     status_of,
 )
@@ -460,9 +461,13 @@ class BalloonWriter:
         *,
         image: str = PAUSE_IMAGE,
         request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
+        may_write: Callable[[], bool] = lambda: True,
     ) -> None:
         self._core: Any = TimedApi(client.CoreV1Api(api_client), timeout_s=request_timeout_s)
         self.image = image
+        # Asked before every pod created: a pass of many gangs outlasts the Lease check
+        # made before it.
+        self._may_write = may_write
         # Why no balloon gang may be created now (the PriorityClass has another value), or
         # None. Deletions go on: giving capacity back is always safe.
         self.refused: str | None = None
@@ -481,6 +486,11 @@ class BalloonWriter:
     async def _create_gang(self, namespace: str, manifests: Iterable[dict[str, Any]]) -> str | None:
         created: list[str] = []
         for manifest in manifests:
+            if not self._may_write():
+                # no half gang left behind: deleting gives capacity back, always safe
+                for pod_name in created:
+                    await self._delete(namespace, pod_name)
+                raise NotLeader("the leader Lease was lost while creating balloon pods")
             try:
                 await self._core.create_namespaced_pod(namespace, manifest)
             except API_CALL_ERRORS as err:

@@ -112,7 +112,10 @@ class KubeAdapter:
         # answer for its component alone.
         self._request_timeout_s = request_timeout_s
         self.scaler = LwsScaler(
-            api_client, foreign_hold_s=foreign_hold_s, request_timeout_s=request_timeout_s
+            api_client,
+            foreign_hold_s=foreign_hold_s,
+            request_timeout_s=request_timeout_s,
+            may_write=may_write,
         )
         self.events = EventRecorder(
             api_client, instance=event_instance, request_timeout_s=request_timeout_s

@@ -116,7 +116,10 @@ class Actuator:
         self._scaler = scaler
         self._events = events
         self._balloons = BalloonWriter(
-            api_client, image=balloon_image, request_timeout_s=request_timeout_s
+            api_client,
+            image=balloon_image,
+            request_timeout_s=request_timeout_s,
+            may_write=may_write,
         )
         self._may_write = may_write
         self._namespaces = namespaces

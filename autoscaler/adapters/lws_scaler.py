@@ -34,6 +34,7 @@ from autoscaler.adapters.kube_client import DEFAULT_REQUEST_TIMEOUT_S, TimedApi
 from autoscaler.adapters.kube_errors import (
     API_CALL_ERRORS,
     KubeAdapterError,
+    NotLeader,
     describe,
     status_message,
     status_of,
@@ -85,6 +86,7 @@ class LwsScaler:
         max_attempts: int = 4,
         clock: Callable[[], float] = time.monotonic,
         request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
+        may_write: Callable[[], bool] = lambda: True,
     ) -> None:
         self._custom: Any = TimedApi(
             client.CustomObjectsApi(api_client), timeout_s=request_timeout_s
@@ -95,10 +97,13 @@ class LwsScaler:
         self._foreign_hold_s = foreign_hold_s
         self._max_attempts = max_attempts
         self._clock = clock
+        # Asked right before every patch, not once before `scale`: the HPA list and re-reads
+        # before it can take several request timeouts, and the Lease may be lost meanwhile.
+        self._may_write = may_write
         self._last_written: dict[ComponentKey, int] = {}
-        # A write whose answer was lost (no answer at all, not an error answer): it may have
-        # landed. Until an observation settles it, its value counts as ours too.
-        self._in_doubt: dict[ComponentKey, int] = {}
+        # A write whose answer was lost (no answer at all, not an error answer), as (the count
+        # it was written over, the count written): it may have landed, or not.
+        self._in_doubt: dict[ComponentKey, tuple[int, int]] = {}
         self._held_until: dict[ComponentKey, tuple[float, str]] = {}
 
     async def read(self, key: ComponentKey, target: ScaleTarget | None = None) -> _Scale:
@@ -166,6 +171,46 @@ class LwsScaler:
             return None
         return held[1]
 
+    async def _settle(
+        self, key: ComponentKey, target: ScaleTarget, *, observed_gangs: int
+    ) -> tuple[ScaleResult, str] | None:
+        """None when `observed_gangs` is a count to decide from, else why not.
+
+        It is when it is our last write, or nothing was written this term. Otherwise the
+        server is asked first: the observation may predate our write (a watch lags), and a
+        write whose answer was lost may have landed or not; either count is ours. Only a third
+        one is another writer's, and holds the component.
+        """
+        last = self._last_written.get(key)
+        doubt = self._in_doubt.get(key)
+        if doubt is not None and observed_gangs == doubt[1]:
+            del self._in_doubt[key]  # the observation shows the lost write landed
+            self._last_written[key] = doubt[1]
+            return None
+        if doubt is None and (last is None or observed_gangs == last):
+            return None
+        try:
+            fresh = await self.read(key, target)
+        except API_CALL_ERRORS as err:
+            return ScaleResult.FAILED, f"re-read: {describe(err)}"
+        if doubt is not None:
+            del self._in_doubt[key]
+            written_over, last = doubt
+            if fresh.spec_gangs == written_over:
+                # it never landed: decide from the count it was written over
+                if observed_gangs == written_over:
+                    return None
+                return ScaleResult.STALE, "observation predates the count on the server"
+        if fresh.spec_gangs == last:
+            self._last_written[key] = last
+            return ScaleResult.STALE, f"observation predates our write of {last} gangs"
+        detail = (
+            f"spec.replicas was changed from {last} (our last write) to {fresh.spec_gangs} "
+            f"by another writer; holding for {self._foreign_hold_s:g}s"
+        )
+        self._hold(key, detail)
+        return ScaleResult.OTHER_WRITER, detail
+
     async def scale(
         self,
         key: ComponentKey,
@@ -193,39 +238,17 @@ class LwsScaler:
         if hpa:
             detail = f"HorizontalPodAutoscaler {key.namespace}/{hpa} targets {target}"
             return outcome(ScaleResult.OTHER_WRITER, detail)
-        last = self._last_written.get(key)
-        doubt = self._in_doubt.get(key)
-        ours = {v for v in (last, doubt) if v is not None}
-        if ours and observed_gangs not in ours:
-            # The observation may simply predate our own last write (a watch lags); ask the
-            # server before blaming anyone.
-            try:
-                fresh = await self.read(key, target)
-            except API_CALL_ERRORS as err:
-                return outcome(ScaleResult.FAILED, f"re-read: {describe(err)}")
-            if fresh.spec_gangs in ours:
-                detail = (
-                    f"observation predates our write of {fresh.spec_gangs} gangs; deciding again"
-                )
-                return outcome(ScaleResult.STALE, detail)
-            detail = (
-                f"spec.replicas was changed from {last if last is not None else doubt} (our "
-                f"last write) to {fresh.spec_gangs} "
-                f"by another writer; holding for {self._foreign_hold_s:g}s"
-            )
-            self._hold(key, detail)
-            return outcome(ScaleResult.OTHER_WRITER, detail)
-        if doubt is not None:
-            # The observation settles the lost answer: the write landed, or it did not.
-            del self._in_doubt[key]
-            if observed_gangs == doubt:
-                self._last_written[key] = doubt
+        unsettled = await self._settle(key, target, observed_gangs=observed_gangs)
+        if unsettled is not None:
+            return outcome(*unsettled)
         if desired_gangs == observed_gangs:
             return outcome(ScaleResult.UNCHANGED)
 
         version = observed_resource_version
         conflicts = 0
         for _ in range(self._max_attempts):
+            if not self._may_write():
+                raise NotLeader("the leader Lease was lost before the /scale patch; not writing")
             body: dict[str, Any] = {"spec": {"replicas": desired_gangs}}
             if version:
                 body["metadata"] = {"resourceVersion": version}
@@ -241,11 +264,11 @@ class LwsScaler:
                 )
             except asyncio.CancelledError:
                 # cut off (the tick's deadline) after the patch may have reached the server
-                self._in_doubt[key] = desired_gangs
+                self._in_doubt[key] = (observed_gangs, desired_gangs)
                 raise
             except API_CALL_ERRORS as err:
                 if status_of(err) is None:
-                    self._in_doubt[key] = desired_gangs
+                    self._in_doubt[key] = (observed_gangs, desired_gangs)
                     detail = f"{describe(err)}; the write may have landed"
                     return outcome(ScaleResult.FAILED, detail, conflicts)
                 if status_of(err) != 409:

@@ -74,12 +74,17 @@ def lease_timing(lease_duration_s: float) -> tuple[int, int, int]:
     return lease_s, renew_s, retry_s
 
 
-def kube_request_timeout(deadline_s: float) -> float:
+def kube_request_timeout(deadline_s: float, *, write_margin_s: float | None = None) -> float:
     """Request timeout of one Kubernetes call outside the watches: a third of the tick's
     deadline at most, so a component whose call got no answer is reported as such while the
     tick still has time for the others and for reporting; never above the adapter's default,
-    and a second at least, which a busy API server may need even on a sub-second tick."""
-    return max(1.0, min(DEFAULT_REQUEST_TIMEOUT_S, deadline_s / 3))
+    and a second at least, which a busy API server may need even on a sub-second tick.
+
+    With leader election, never above `write_margin_s`, the lease duration less the renew
+    deadline: a write sent while the Lease is still held then lands before a standby may
+    take it over (5 s at the defaults, 2 s at `--lease-duration 6s`)."""
+    timeout_s = max(1.0, min(DEFAULT_REQUEST_TIMEOUT_S, deadline_s / 3))
+    return timeout_s if write_margin_s is None else min(timeout_s, write_margin_s)
 
 
 def default_identity() -> str:
@@ -156,8 +161,12 @@ class Service:
         self._executor = executor if executor is not None else fit_executor()
 
         self.elector: LeaderElector | None = None
+        request_timeout_s = kube_request_timeout(self.deadline_s)
         if not settings.dry_run:
             lease_s, renew_s, retry_s = lease_timing(settings.lease_duration_s)
+            request_timeout_s = kube_request_timeout(
+                self.deadline_s, write_margin_s=lease_s - renew_s
+            )
             self.elector = LeaderElector(
                 api_client,
                 identity=self.identity,
@@ -176,7 +185,7 @@ class Service:
             event_instance=self.identity,
             default_annotations=settings.buffer.annotations(),
             balloon_image=settings.balloon_image,
-            request_timeout_s=kube_request_timeout(self.deadline_s),
+            request_timeout_s=request_timeout_s,
         )
         self.prometheus = PrometheusSource(
             url=settings.prometheus_url,

@@ -557,6 +557,50 @@ async def test_a_lease_lost_mid_pass_stops_every_component_before_its_next_write
     assert kube.requests("POST", "/pods") == []
 
 
+async def test_a_lease_lost_during_the_calls_before_a_patch_sends_no_patch(kube, api):
+    """The Lease was checked once before `scale`, whose HPA list and re-reads take up to a
+    request timeout each: an old leader's patch was sent after the standby had taken over."""
+    add_gpu_nodes(kube, 8)
+    add_pd(kube)
+
+    def may_write() -> bool:  # the lease is lost while the HPAs are being listed
+        return not kube.requests("GET", "horizontalpodautoscalers")
+
+    adapter = KubeAdapter(api, watch_timeout_s=30, event_instance="test-0", may_write=may_write)
+    await adapter.start(sync_timeout_s=5)
+    try:
+        await settle(adapter, kube)
+        plan = GangPlan({DECODE: component_plan(DECODE, current=1, desired=2)})
+        with pytest.raises(NotLeader):
+            await adapter.apply(plan, adapter.snapshot(now_s=time.time()), dry_run=False)
+    finally:
+        await adapter.close()
+    assert kube.requests("GET", "horizontalpodautoscalers")
+    assert kube.requests("PATCH", "/scale") == []
+    assert spec_replicas(kube, "llama-decode") == 1
+
+
+async def test_a_lease_lost_between_balloon_members_leaves_no_half_gang(kube, api):
+    add_gpu_nodes(kube, 8)
+    add_pd(kube)
+
+    def may_write() -> bool:  # the lease is lost once the first member is created
+        return not kube.requests("POST", "/pods")
+
+    adapter = KubeAdapter(api, watch_timeout_s=30, event_instance="test-0", may_write=may_write)
+    await adapter.start(sync_timeout_s=5)
+    await adapter.ensure_priority_class()
+    try:
+        await settle(adapter, kube)
+        plan = GangPlan({DECODE: component_plan(DECODE, current=1, desired=1, balloons=1)})
+        with pytest.raises(NotLeader):
+            await adapter.apply(plan, adapter.snapshot(now_s=time.time()), dry_run=False)
+    finally:
+        await adapter.close()
+    assert len(kube.requests("POST", "/pods")) == 1  # the second member was never sent
+    assert balloon_pods(kube, "llama-decode") == []  # and the first was taken back
+
+
 async def test_a_balloon_member_created_without_an_answer_is_not_left_behind(kube, adapter):
     add_gpu_nodes(kube, 6)
     add_pd(kube)
@@ -607,6 +651,68 @@ async def test_a_scale_cut_off_by_the_tick_deadline_is_ours_if_it_lands(kube, ad
     assert await scale_decode(adapter, kube, 3, 4) is ScaleResult.SCALED
     assert spec_replicas(kube, "llama-decode") == 4
     assert events(kube, "AnotherWriter") == []
+
+
+@pytest.mark.parametrize("earlier_write", [False, True], ids=["first-write", "after-a-write"])
+async def test_a_scale_whose_answer_is_lost_and_never_landed_is_tried_again(
+    kube, adapter, earlier_write
+):
+    """The first write of a term gets no answer and never lands: the next tick observes the
+    count it was written over. That was taken for another writer's change, and the
+    component held for 10 minutes with a Warning about a writer that does not exist."""
+    add_gpu_nodes(kube, 10)
+    add_pd(kube)
+    start = 1
+    if earlier_write:
+        assert await scale_decode(adapter, kube, 1, 2) is ScaleResult.SCALED
+        start = 2
+    kube.inject_fault(
+        code=0, method="PATCH", path_contains="llama-decode/scale", action="disconnect"
+    )
+    assert await scale_decode(adapter, kube, start, start + 1) is ScaleResult.FAILED
+    assert spec_replicas(kube, "llama-decode") == start  # it did not land
+
+    assert await scale_decode(adapter, kube, start, start + 1) is ScaleResult.SCALED
+    assert spec_replicas(kube, "llama-decode") == start + 1
+    assert events(kube, "AnotherWriter") == []
+
+
+async def test_a_lost_write_that_landed_behind_a_lagging_observation_is_ours(kube, adapter):
+    add_gpu_nodes(kube, 10)
+    add_pd(kube)
+    await settle(adapter, kube)
+    before = adapter.snapshot(now_s=time.time())  # 1 gang
+    kube.inject_fault(
+        code=0, method="PATCH", path_contains="llama-decode/scale", action="drop_answer"
+    )
+    plan = GangPlan({DECODE: component_plan(DECODE, current=1, desired=2)})
+    report = await adapter.apply(plan, before, dry_run=False)
+    assert report.components[DECODE].scale.result is ScaleResult.FAILED
+    assert spec_replicas(kube, "llama-decode") == 2  # it landed
+
+    # the next decision still reads 1 gang (the watch lags): nothing written, nobody blamed
+    report = await adapter.apply(plan, before, dry_run=False)
+    assert report.components[DECODE].scale.result is ScaleResult.STALE
+    assert await scale_decode(adapter, kube, 2, 3) is ScaleResult.SCALED
+    assert events(kube, "AnotherWriter") == []
+
+
+async def test_a_third_count_after_a_lost_write_is_another_writers(kube, adapter, api):
+    add_gpu_nodes(kube, 10)
+    add_pd(kube)
+    kube.inject_fault(
+        code=0, method="PATCH", path_contains="llama-decode/scale", action="disconnect"
+    )
+    assert await scale_decode(adapter, kube, 1, 2) is ScaleResult.FAILED
+    # An operator runs `kubectl scale lws llama-decode --replicas=4` meanwhile.
+    await client.CustomObjectsApi(api).patch_namespaced_custom_object_scale(
+        LWS_GROUP, LWS_VERSION, NS, LWS_PLURAL, "llama-decode", {"spec": {"replicas": 4}},
+        _content_type="application/merge-patch+json",
+    )  # fmt: skip
+    assert await scale_decode(adapter, kube, 4, 2) is ScaleResult.OTHER_WRITER
+    assert spec_replicas(kube, "llama-decode") == 4
+    (warning,) = events(kube, "AnotherWriter")
+    assert "from 2 (our last write) to 4" in warning["message"]
 
 
 async def test_a_new_term_starts_from_what_it_observes(kube, api):

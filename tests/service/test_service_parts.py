@@ -32,6 +32,7 @@ from autoscaler.core.gang_plan import (
 )
 from autoscaler.core.model import Component, ComponentKey
 from autoscaler.service.app import (
+    Service,
     _stop_executor,
     default_identity,
     fit_executor,
@@ -116,6 +117,46 @@ def test_kube_request_timeout_leaves_the_tick_time_for_the_others(
     deadline_s: float, expected_s: float
 ) -> None:
     assert kube_request_timeout(deadline_s) == expected_s
+
+
+@pytest.mark.parametrize(
+    ("lease_s", "expected_s"),
+    [
+        pytest.param(15, 5.0, id="defaults-margin-is-the-adapter-default"),
+        pytest.param(6, 2.0, id="lease-6s-two-seconds"),
+        pytest.param(3, 1.0, id="shortest-lease-one-second"),
+    ],
+)
+def test_a_write_sent_while_leading_lands_before_a_standby_may_take_over(
+    lease_s: int, expected_s: float
+) -> None:
+    """With a 5 s request timeout and `--lease-duration 6s` (2 s from the renew deadline to
+    a standby's takeover), a patch sent in time could land 3 s into the new leader's term."""
+    lease, renew, _ = lease_timing(lease_s)
+    timeout_s = kube_request_timeout(15.0, write_margin_s=lease - renew)
+    assert timeout_s == expected_s
+    assert timeout_s <= lease - renew
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected_s"),
+    [
+        pytest.param({"lease_duration": "6s"}, 2.0, id="leader-election-bounds-it"),
+        pytest.param({"lease_duration": "6s", "dry_run": True}, 5.0, id="dry-run-writes-none"),
+    ],
+)
+async def test_the_service_gives_its_kubernetes_calls_that_timeout(
+    overrides: dict[str, Any], expected_s: float
+) -> None:
+    settings = settings_for("http://127.0.0.1:9", tick="15s", **overrides)
+    executor = ThreadPoolExecutor(max_workers=1)
+    async with FakeKube.start() as kube, kube.api_client() as api:
+        service = Service(settings, api_client=api, executor=executor)
+        try:
+            assert service.kube._request_timeout_s == expected_s
+        finally:
+            await service.close()
+            executor.shutdown(wait=False)
 
 
 def test_lease_shorter_than_three_seconds_is_refused() -> None:
