@@ -36,6 +36,7 @@ from autoscaler.core.policy import (
     Policy,
     PolicyError,
     PolicyProblem,
+    annotation_count,
     deployment_key,
     is_enabled,
     parse_policy,
@@ -78,9 +79,10 @@ def with_defaults(own: Mapping[str, str], defaults: Mapping[str, str]) -> dict[s
         set_lower, set_upper = lower in own, upper in own
         if set_lower == set_upper or lower not in merged or upper not in merged:
             continue
-        try:
-            low, high = int(merged[lower]), int(merged[upper])
-        except (ValueError, TypeError):  # a YAML null or list under the key
+        # read as the parser reads them: `"0.0"` is 0 to both (`int("0.0")` failed, so an
+        # LWS's `max-buffer: "0.0"` under a default `min-buffer` of 1 was refused)
+        low, high = annotation_count(merged[lower]), annotation_count(merged[upper])
+        if low is None or high is None:  # a YAML null or list under the key
             continue  # the LWS's own value is bad; parsing names it
         if min(low, high) < 0:
             continue  # likewise: no default is moved to match a value parsing refuses

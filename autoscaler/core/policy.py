@@ -16,7 +16,15 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+)
 
 from autoscaler.core.model import Component, ComponentKey, DeploymentKey
 
@@ -228,6 +236,18 @@ class PolicyError(ValueError):
         super().__init__("; ".join(str(p) for p in self.problems))
 
 
+_COUNT: TypeAdapter[int] = TypeAdapter(int)
+
+
+def annotation_count(value: object) -> int | None:
+    """An integer annotation as `parse_policy` reads it (`"2"`, `" 2 "`, `"2.0"`), or None
+    when it would not parse."""
+    try:
+        return _COUNT.validate_python(value.strip() if isinstance(value, str) else value)
+    except ValidationError:
+        return None
+
+
 def is_enabled(annotations: Mapping[str, str] | None) -> bool:
     return str((annotations or {}).get(ENABLED_ANNOTATION, "")).strip().lower() == "true"
 
@@ -241,8 +261,11 @@ def _pydantic_message(error: Mapping[str, Any]) -> str:
 
 def parse_policy(annotations: Mapping[str, str] | None, *, lws_name: str) -> Policy:
     """Build the Policy of one LWS from its annotations, or raise PolicyError."""
+    # Surrounding whitespace (a YAML `"true "`) is stripped from every value, as `is_enabled`
+    # strips it: before, an LWS opted in with `"true "` was then held as invalid, and some
+    # annotations took `" 2 "` while others refused `" decode"`.
     raw = {
-        key.removeprefix(PREFIX): value
+        key.removeprefix(PREFIX): value.strip() if isinstance(value, str) else value
         for key, value in (annotations or {}).items()
         if key.startswith(PREFIX)
     }

@@ -270,6 +270,19 @@ class Service:
             self.http.port,
             self.settings.forecast_model,
         )
+        if self.prometheus.timeout_s < self.settings.prometheus_timeout_s:
+            # At the defaults (10s, a 15s tick) this is expected, and said at INFO; a deadline
+            # set on purpose that does not apply is a WARNING.
+            explicit = "prometheus_timeout" in self.settings.model_fields_set
+            log.log(
+                logging.WARNING if explicit else logging.INFO,
+                "Prometheus queries get %gs, half the %gs tick, not prometheus-timeout's %gs: "
+                "a slow Prometheus must leave the tick time to plan and report; a longer "
+                "deadline needs a longer tick",
+                self.prometheus.timeout_s,
+                self.tick_s,
+                self.settings.prometheus_timeout_s,
+            )
         if self.tick_s > MAX_GAP_WINDOWS * self.settings.demand_window_s:
             log.warning(
                 "tick %gs is more than %g demand windows (%gs): no capacity per gang can be "

@@ -94,7 +94,10 @@ def _to_timedelta(value: Any) -> Any:
     seconds = parse_duration(value)
     if 0 < seconds < MIN_DURATION_S:
         raise ValueError(f"{value!r} is shorter than 1ms, the shortest these settings take")
-    return timedelta(seconds=seconds)
+    try:
+        return timedelta(seconds=seconds)
+    except OverflowError:  # not a ValueError: it left `run` with a traceback
+        raise ValueError(f"{value!r} is too long to be a duration") from None
 
 
 def _positive(value: timedelta) -> timedelta:
@@ -307,7 +310,8 @@ class RunSettings(BaseSettings):
     )
     prometheus_timeout: Duration = Field(
         default=timedelta(seconds=10),
-        description="Deadline of one Prometheus query; a slower answer counts as missing data.",
+        description="Deadline of one Prometheus query, at most half the tick (7.5s at the "
+        "default 15s); a slower answer counts as missing data.",
     )
     prometheus_bearer_token_file: Annotated[
         Path | None, _secret_file_readable("prometheus_bearer_token_file")

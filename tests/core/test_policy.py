@@ -9,6 +9,7 @@ from autoscaler.core.policy import (
     ANNOTATIONS,
     PREFIX,
     PolicyError,
+    is_enabled,
     parse_duration,
     parse_policy,
     parse_ratio_band,
@@ -238,3 +239,21 @@ def test_every_reason_is_explained_in_the_docs() -> None:
     text = (Path(__file__).resolve().parents[2] / "docs" / "decision.md").read_text()
     table = text.split("## Reasons", 1)[1]
     assert [r.value for r in Reason if f"`{r.value}`" not in table] == []
+
+
+def test_surrounding_whitespace_is_stripped_from_every_value():
+    """`enabled: "true "` opted the LWS in (`is_enabled` strips) and then held it as
+    invalid; `min-replicas: " 2 "` parsed while `component: " decode"` did not."""
+    raw = annotations(
+        component=" decode", min_replicas=" 2 ", dry_run="true ", lead_time=" 6m", forecast="off "
+    )
+    raw[PREFIX + "enabled"] = "true "
+    assert is_enabled(raw)
+    p = parse_policy(raw, lws_name="llm")
+    assert (p.component, p.min_replicas, p.dry_run, p.lead_time_s, p.forecast) == (
+        Component.DECODE,
+        2,
+        True,
+        360.0,
+        False,
+    )

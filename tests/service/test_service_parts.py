@@ -44,6 +44,7 @@ from autoscaler.service.decisions_view import decisions_view
 from autoscaler.service.forecasts import DemandForecasts
 from autoscaler.service.http_api import HttpServer, Probe
 from autoscaler.service.logs import JsonFormatter
+from autoscaler.service.settings import RunSettings
 from tests.adapters.kube_fixtures import vllm_lws
 from tests.core.builders import obs, observations, policy
 from tests.harness.fake_kube import FakeKube
@@ -343,6 +344,36 @@ async def test_a_tick_too_long_to_learn_a_capacity_is_warned_of_at_start(
     assert len(found) == (1 if warned else 0)
     if warned:
         assert found[0].startswith("tick 0.5s is more than 2 demand windows (0.2s)")
+
+
+@pytest.mark.parametrize(
+    ("timeout", "level"),
+    [
+        pytest.param("2s", logging.WARNING, id="set-and-cut-is-a-warning"),
+        pytest.param(None, logging.INFO, id="default-cut-is-info"),
+        pytest.param("200ms", None, id="under-half-the-tick-is-not-cut"),
+    ],
+)
+async def test_a_prometheus_deadline_cut_to_half_the_tick_is_said_at_start(
+    kube: FakeKube,
+    silent_prometheus: str,
+    caplog: pytest.LogCaptureFixture,
+    timeout: str | None,
+    level: int | None,
+) -> None:
+    """`prometheus.timeout` over half the tick applied only half the tick, and nothing said
+    so: an operator who raised it for a slow Thanos saw no change and no reason."""
+    caplog.set_level(logging.INFO, logger="autoscaler.service.app")
+    values = settings_for(silent_prometheus, backfill_days=0).model_dump(exclude_unset=True)
+    values.pop("prometheus_timeout")
+    if timeout is not None:
+        values["prometheus_timeout"] = timeout
+    running = await start_service(kube, RunSettings(**values))
+    await running.close()
+    found = [r for r in caplog.records if "Prometheus queries get" in r.getMessage()]
+    assert [r.levelno for r in found] == ([] if level is None else [level])
+    if found:
+        assert found[0].getMessage().startswith("Prometheus queries get 0.25s, half the 0.5s tick")
 
 
 def test_forecast_horizon_counts_from_now_not_from_the_last_closed_window() -> None:

@@ -129,6 +129,11 @@ def test_dry_run_flag_can_switch_off_what_the_environment_switched_on(
             id="tick-below-1ms",
         ),
         pytest.param(
+            ["--prometheus-url", "http://p:1", "--tick", "99999999999h"],
+            "tick: .*'99999999999h' is too long to be a duration",
+            id="tick-past-timedelta-was-a-traceback",
+        ),
+        pytest.param(
             ["--prometheus-url", "http://p:1", "--http-port", "70000"], "http_port", id="bad-port"
         ),
         pytest.param(
