@@ -454,7 +454,9 @@ class Actuator:
         grouped = balloons_by_lws(await self.list_balloon_pods())
         deleted: list[str] = []
         for key, comp in state.components.items():
-            if comp.discovered.shape is None:
+            found = comp.discovered
+            # an LWS marked dry-run gets no write at all; one with a bad policy is held
+            if found.shape is None or found.problems or _dry_run_annotated(found):
                 continue
             mine = grouped.get((key.namespace, key.lws), [])
             indexes = [int_label(p, BALLOON_GANG_LABEL) for p in mine]

@@ -1114,6 +1114,35 @@ async def test_start_up_repair_deletes_a_partial_balloon_gang_left_by_a_crash(ku
     ]
 
 
+@pytest.mark.parametrize(
+    "annotation",
+    [
+        pytest.param({"gang-autoscaler.io/dry-run": "true"}, id="lws-in-dry-run"),
+        pytest.param({"gang-autoscaler.io/min-replicas": "two"}, id="lws-held-on-a-bad-policy"),
+    ],
+)
+async def test_start_up_repair_writes_nothing_for_an_lws_that_gets_no_writes(
+    kube, adapter, api, annotation
+):
+    """An LWS marked dry-run gets no write at all, and one with a bad policy is held; the
+    start-of-term repair deleted their partial balloon gangs all the same."""
+    add_gpu_nodes(kube, 6)
+    decode_exclusive(kube, replicas=1)
+    key = ComponentKey(NS, "llama-decode")
+    await settle(adapter, kube)
+    plan = GangPlan({key: component_plan(key, current=1, desired=1, balloons=2)})
+    await adapter.apply(plan, adapter.snapshot(now_s=time.time()), dry_run=False)
+    kube.remove("pods", NS, "llama-decode-balloon-1-1")
+    await client.CustomObjectsApi(api).patch_namespaced_custom_object(
+        LWS_GROUP, LWS_VERSION, NS, LWS_PLURAL, "llama-decode",
+        {"metadata": {"annotations": annotation}},
+        _content_type="application/merge-patch+json",
+    )  # fmt: skip
+    await settle(adapter, kube)
+    assert await adapter.repair_balloons(now_s=time.time()) == ()
+    assert len(balloon_pods(kube, "llama-decode")) == 3
+
+
 async def test_balloons_of_an_lws_that_opted_out_are_removed(kube, adapter, api):
     add_gpu_nodes(kube, 6)
     decode_exclusive(kube, replicas=1)
