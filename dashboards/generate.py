@@ -19,6 +19,7 @@ already need; no extra relabelling.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,19 @@ CHART_COPY = HERE.parent / "charts" / "gang-autoscaler" / "dashboards"
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 SELECTOR = 'namespace="$namespace", deployment="$deployment", component=~"$component"'
 COMPONENT_INFO = f"gang_autoscaler_component_info{{{SELECTOR}}}"
+# A second release beside the first (a dry-run shadow, docs/operators.md) exports the same
+# series under its own job: every query of the service's own metrics reads the selected one.
+_OWN_METRIC = re.compile(r"\b(gang_autoscaler_\w+)(\{)?")
+
+
+def scoped(expr: str) -> str:
+    """`expr` with every selector of the service's own metrics limited to `job="$job"`."""
+
+    def add(match: re.Match[str]) -> str:
+        name = match.group(1)
+        return f'{name}{{job="$job", ' if match.group(2) else f'{name}{{job="$job"}}'
+
+    return _OWN_METRIC.sub(add, expr)
 
 
 def by_component(vllm_expr: str) -> str:
@@ -127,6 +141,17 @@ def dashboard(
     variables: list[dict[str, Any]],
     annotations: list[dict[str, Any]],
 ) -> dict[str, Any]:
+    for panel in panels:
+        for panel_target in panel.get("targets", []):
+            panel_target["expr"] = scoped(panel_target["expr"])
+    for annotation in annotations:
+        annotation["expr"] = scoped(annotation["expr"])
+    for variable in variables:
+        if variable["type"] == "query":
+            variable["query"]["query"] = variable["definition"] = scoped(variable["definition"])
+    # the release: the job its ServiceMonitor scrapes it under (the Service's name)
+    job = query_variable("job", "Release", "label_values(gang_autoscaler_leader, job)")
+    variables = [*variables[:1], job, *variables[1:]]  # after the data source
     builtin = {
         "builtIn": 1,
         "datasource": {"type": "grafana", "uid": "-- Grafana --"},

@@ -39,7 +39,10 @@ PREFILL = ComponentLabels(NAMESPACE, DEPLOYMENT, "prefill", "llama-prefill")
 DECODE = ComponentLabels(NAMESPACE, DEPLOYMENT, "decode", "llama-decode")
 # Another deployment in the same namespace: the join must not leak it into "llama".
 OTHER = ComponentLabels(NAMESPACE, "mistral", "unified", "mistral")
+# The release's job (its ServiceMonitor scrapes it under the Service's name).
+JOB = "gang-autoscaler"
 VARIABLES = {
+    "job": JOB,
     "namespace": NAMESPACE,
     "deployment": DEPLOYMENT,
     "component": "prefill|decode",  # what Grafana sends for "All" of two components
@@ -52,14 +55,14 @@ class ServiceStandIn:
 
     It uses the real `ServiceMetrics`; only the numbers are chosen by the test."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, desired_decode_gangs: int = 3) -> None:
         self.metrics = ServiceMetrics()
         self.port = 0
         self._stop = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
         self._threads: list[threading.Thread] = []
-        self.desired_decode_gangs = 3
+        self.desired_decode_gangs = desired_decode_gangs
 
     async def _handle(self, _request: web.Request) -> web.Response:
         body, content_type = self.metrics.exposition()
@@ -235,7 +238,7 @@ def test_every_dashboard_query_returns_data(
     vllm_exporter.add_lws(namespace=NAMESPACE, lws="mistral", gangs=1, values=PodValues(waiting=9))
     targets = [
         *vllm_exporter.targets(),
-        ScrapeTarget(address=f"127.0.0.1:{service.port}", labels={"job_role": "autoscaler"}),
+        ScrapeTarget(address=f"127.0.0.1:{service.port}", labels={"job": JOB}),
     ]
     prometheus = prometheus_factory(targets=targets)
     start_s = time.time()
@@ -285,7 +288,10 @@ def test_the_join_keeps_values_per_component(
     )
     vllm_exporter.add_lws(namespace=NAMESPACE, lws="mistral", gangs=1, values=PodValues(waiting=9))
     prometheus = prometheus_factory(
-        targets=[*vllm_exporter.targets(), ScrapeTarget(address=f"127.0.0.1:{service.port}")]
+        targets=[
+            *vllm_exporter.targets(),
+            ScrapeTarget(address=f"127.0.0.1:{service.port}", labels={"job": JOB}),
+        ]
     )
     prometheus.wait_for_series("gang_autoscaler_component_info", count=3)
     prometheus.wait_for_series("vllm:num_requests_waiting", count=2 + 3 + 1)  # leaders only
@@ -300,3 +306,39 @@ def test_the_join_keeps_values_per_component(
         for series in result
     }
     assert by_component == {"prefill": 12.0, "decode": 6.0}
+
+
+def test_a_second_release_stays_out_of_the_selected_ones_panels(
+    prometheus_factory: PrometheusFactory,
+    vllm_exporter: VllmExporter,
+    service: ServiceStandIn,
+) -> None:
+    """A dry-run shadow beside the real release (docs/operators.md) exports the same series:
+    the panels mixed them, and the deployment's desired gangs showed the shadow's 9."""
+    shadow = ServiceStandIn(desired_decode_gangs=9)
+    shadow.start()
+    try:
+        prometheus = prometheus_factory(
+            targets=[
+                ScrapeTarget(address=f"127.0.0.1:{service.port}", labels={"job": JOB}),
+                ScrapeTarget(
+                    address=f"127.0.0.1:{shadow.port}", labels={"job": "gang-autoscaler-shadow"}
+                ),
+            ]
+        )
+        prometheus.wait_for_series("gang_autoscaler_component_info", count=6)
+        board = next(p for p in DASHBOARD_FILES if "deployment" in p.name)
+        variables = {q.where: q.expr for q in queries(board) if q.where.startswith("variable")}
+        releases = prometheus.query(variables["variable job"])
+        assert {r["metric"]["job"] for r in releases} == {JOB, "gang-autoscaler-shadow"}
+        (desired,) = [
+            q
+            for q in queries(board)
+            if "gang_autoscaler_desired_gangs" in q.expr and "panel" in q.where
+        ]
+        for job, gangs in ((JOB, 3.0), ("gang-autoscaler-shadow", 9.0)):
+            result = prometheus.query(substitute(desired.expr, {**VARIABLES, "job": job}))
+            by_component = {r["metric"]["component"]: float(r["value"][1]) for r in result}
+            assert by_component == {"prefill": 2.0, "decode": gangs}
+    finally:
+        shadow.stop()
