@@ -25,8 +25,8 @@ import numpy as np
 import numpy.typing as npt
 
 from forecasting.baselines import Persistence, SeasonalNaive
-from forecasting.errors import InsufficientHistory
-from forecasting.grid import DAY_S, DEFAULT_QUANTILE, DEFAULT_STEP_S
+from forecasting.errors import ForecastingError, InsufficientHistory
+from forecasting.grid import DAY_S, DEFAULT_QUANTILE, DEFAULT_STEP_S, MAX_HORIZON_S
 from forecasting.models import MODELS, PLANNING_MODEL, make_forecaster
 from forecasting.series import FloatArray, Series, resample
 
@@ -109,6 +109,10 @@ def run_backtest(
     actual = windows.values
     steps = max(1, math.ceil(horizon_s / step_s - 1e-9))
     horizon_s = steps * step_s
+    if horizon_s > MAX_HORIZON_S:
+        raise ForecastingError(
+            f"a {horizon_s:g} s horizon is past the {MAX_HORIZON_S:g} s (7 days) a forecast reaches"
+        )
     train = int(
         (train_s if train_s is not None else min(DEFAULT_TRAIN_S, ends.size * step_s / 2)) // step_s
     )

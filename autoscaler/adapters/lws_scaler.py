@@ -193,9 +193,11 @@ class LwsScaler:
             fresh = await self.read(key, target)
         except API_CALL_ERRORS as err:
             return ScaleResult.FAILED, f"re-read: {describe(err)}"
+        was = f"{last} (our last write)"
         if doubt is not None:
             del self._in_doubt[key]
             written_over, last = doubt
+            was = f"{written_over} (our write of {last} got no answer)"
             if fresh.spec_gangs == written_over:
                 # it never landed: decide from the count it was written over
                 if observed_gangs == written_over:
@@ -205,7 +207,7 @@ class LwsScaler:
             self._last_written[key] = last
             return ScaleResult.STALE, f"observation predates our write of {last} gangs"
         detail = (
-            f"spec.replicas was changed from {last} (our last write) to {fresh.spec_gangs} "
+            f"spec.replicas was changed from {was} to {fresh.spec_gangs} "
             f"by another writer; holding for {self._foreign_hold_s:g}s"
         )
         self._hold(key, detail)

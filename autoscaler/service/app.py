@@ -271,11 +271,13 @@ class Service:
             self.settings.forecast_model,
         )
         if self.prometheus.timeout_s < self.settings.prometheus_timeout_s:
-            # At the defaults (10s, a 15s tick) this is expected, and said at INFO; a deadline
-            # set on purpose that does not apply is a WARNING.
-            explicit = "prometheus_timeout" in self.settings.model_fields_set
+            # At the defaults (10s, a 15s tick) this is expected, and said at INFO; another
+            # deadline that does not apply was set on purpose: a WARNING. (Which fields were
+            # given is lost: the settings are validated again once merged, and the chart
+            # writes every one.)
+            default = type(self.settings).model_fields["prometheus_timeout"].default
             log.log(
-                logging.WARNING if explicit else logging.INFO,
+                logging.WARNING if self.settings.prometheus_timeout != default else logging.INFO,
                 "Prometheus queries get %gs, half the %gs tick, not prometheus-timeout's %gs: "
                 "a slow Prometheus must leave the tick time to plan and report; a longer "
                 "deadline needs a longer tick",

@@ -677,24 +677,59 @@ async def test_a_scale_whose_answer_is_lost_and_never_landed_is_tried_again(
     assert events(kube, "AnotherWriter") == []
 
 
-async def test_a_lost_write_that_landed_behind_a_lagging_observation_is_ours(kube, adapter):
+@pytest.mark.parametrize("earlier_write", [False, True], ids=["first-write", "after-a-write"])
+async def test_a_lost_write_that_landed_behind_a_lagging_observation_is_ours(
+    kube, adapter, earlier_write
+):
     add_gpu_nodes(kube, 10)
     add_pd(kube)
+    start = 1
+    if earlier_write:
+        assert await scale_decode(adapter, kube, 1, 2) is ScaleResult.SCALED
+        start = 2
     await settle(adapter, kube)
-    before = adapter.snapshot(now_s=time.time())  # 1 gang
+    before = adapter.snapshot(now_s=time.time())
     kube.inject_fault(
         code=0, method="PATCH", path_contains="llama-decode/scale", action="drop_answer"
     )
-    plan = GangPlan({DECODE: component_plan(DECODE, current=1, desired=2)})
+    plan = GangPlan({DECODE: component_plan(DECODE, current=start, desired=start + 1)})
     report = await adapter.apply(plan, before, dry_run=False)
     assert report.components[DECODE].scale.result is ScaleResult.FAILED
-    assert spec_replicas(kube, "llama-decode") == 2  # it landed
+    assert spec_replicas(kube, "llama-decode") == start + 1  # it landed
 
-    # the next decision still reads 1 gang (the watch lags): nothing written, nobody blamed
+    # the next decision still reads the old count (the watch lags): nothing written, nobody
+    # blamed, and the count on the server is our last write from now on
     report = await adapter.apply(plan, before, dry_run=False)
     assert report.components[DECODE].scale.result is ScaleResult.STALE
-    assert await scale_decode(adapter, kube, 2, 3) is ScaleResult.SCALED
+    assert await scale_decode(adapter, kube, start + 1, start + 2) is ScaleResult.SCALED
     assert events(kube, "AnotherWriter") == []
+
+
+async def test_a_lagging_observation_after_a_lost_write_that_never_landed_decides_again(
+    kube, adapter, api
+):
+    """The server is back at the count the lost write was written over, but the decision
+    read a third one (a stale view): nothing is written on it, and nobody is blamed."""
+    add_gpu_nodes(kube, 10)
+    add_pd(kube, decode=2)
+    await settle(adapter, kube)
+    stale = adapter.snapshot(now_s=time.time())  # 2 gangs
+    await client.CustomObjectsApi(api).patch_namespaced_custom_object_scale(
+        LWS_GROUP, LWS_VERSION, NS, LWS_PLURAL, "llama-decode", {"spec": {"replicas": 1}},
+        _content_type="application/merge-patch+json",
+    )  # fmt: skip
+    kube.inject_fault(
+        code=0, method="PATCH", path_contains="llama-decode/scale", action="disconnect"
+    )
+    assert await scale_decode(adapter, kube, 1, 3) is ScaleResult.FAILED
+    assert spec_replicas(kube, "llama-decode") == 1  # it did not land
+
+    plan = GangPlan({DECODE: component_plan(DECODE, current=2, desired=3)})
+    report = await adapter.apply(plan, stale, dry_run=False)
+    assert report.components[DECODE].scale.result is ScaleResult.STALE
+    assert spec_replicas(kube, "llama-decode") == 1
+    assert events(kube, "AnotherWriter") == []
+    assert await scale_decode(adapter, kube, 1, 3) is ScaleResult.SCALED
 
 
 async def test_a_third_count_after_a_lost_write_is_another_writers(kube, adapter, api):
@@ -712,7 +747,7 @@ async def test_a_third_count_after_a_lost_write_is_another_writers(kube, adapter
     assert await scale_decode(adapter, kube, 4, 2) is ScaleResult.OTHER_WRITER
     assert spec_replicas(kube, "llama-decode") == 4
     (warning,) = events(kube, "AnotherWriter")
-    assert "from 2 (our last write) to 4" in warning["message"]
+    assert "from 1 (our write of 2 got no answer) to 4" in warning["message"]
 
 
 async def test_a_new_term_starts_from_what_it_observes(kube, api):

@@ -262,9 +262,9 @@ DECODE = ComponentKey("serving", "llama-decode")
     ("own", "expected"),
     [
         pytest.param({"gang-autoscaler.io/max-buffer": "0"}, (0, 0), id="lws-opts-out-of-balloons"),
-        # the parser reads "0.0" and " 0 " as 0; the defaults' adjustment read neither
+        # the parser reads "0.0" and " 0.0 " as 0; the defaults' adjustment read neither
         pytest.param({"gang-autoscaler.io/max-buffer": "0.0"}, (0, 0), id="opts-out-with-0.0"),
-        pytest.param({"gang-autoscaler.io/max-buffer": " 0 "}, (0, 0), id="opts-out-spaced"),
+        pytest.param({"gang-autoscaler.io/max-buffer": " 0.0 "}, (0, 0), id="opts-out-spaced"),
         pytest.param({"gang-autoscaler.io/min-buffer": "5"}, (5, 5), id="lws-raises-the-minimum"),
         pytest.param(
             {"gang-autoscaler.io/min-buffer": "3", "gang-autoscaler.io/max-buffer": "2"},

@@ -18,7 +18,7 @@ from autoscaler.commands.trace_args import trace_path
 from autoscaler.service.settings import RunSettings
 from autoscaler.sim.workload import BUILTIN_PATH
 from forecasting.backtest import _smape, run_backtest
-from forecasting.errors import InsufficientHistory, TraceFormatError
+from forecasting.errors import ForecastingError, InsufficientHistory, TraceFormatError
 from forecasting.models import MOST_ACCURATE_MODEL
 from forecasting.series import Series
 from forecasting.traces import SHARED_TRACES, load_trace, read_trace, resolve_trace
@@ -124,6 +124,15 @@ def test_smape_counts_zero_over_zero_as_exact() -> None:
 def test_too_short_a_trace_is_refused() -> None:
     with pytest.raises(InsufficientHistory, match="cannot hold"):
         run_backtest(Series([600.0, 1200.0], [1.0, 2.0]), trace="t", horizon_s=3600, step_s=600)
+
+
+def test_a_horizon_past_a_week_is_refused_with_the_reason() -> None:
+    """The forecasters refuse horizons over 7 days; `backtest --horizon 192h` on a long
+    enough trace then ended in a traceback instead of an error naming the limit."""
+    days = 30
+    series = Series(np.arange(1, days * 144 + 1) * 600.0, np.ones(days * 144))
+    with pytest.raises(ForecastingError, match="7 days"):
+        run_backtest(series, trace="t", horizon_s=192 * 3600, step_s=600)
 
 
 def test_servegen_all_zero_windows_load_as_missing() -> None:

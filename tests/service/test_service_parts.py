@@ -44,7 +44,7 @@ from autoscaler.service.decisions_view import decisions_view
 from autoscaler.service.forecasts import DemandForecasts
 from autoscaler.service.http_api import HttpServer, Probe
 from autoscaler.service.logs import JsonFormatter
-from autoscaler.service.settings import RunSettings
+from autoscaler.service.settings import build_run_parser, load_settings
 from tests.adapters.kube_fixtures import vllm_lws
 from tests.core.builders import obs, observations, policy
 from tests.harness.fake_kube import FakeKube
@@ -364,11 +364,11 @@ async def test_a_prometheus_deadline_cut_to_half_the_tick_is_said_at_start(
     """`prometheus.timeout` over half the tick applied only half the tick, and nothing said
     so: an operator who raised it for a slow Thanos saw no change and no reason."""
     caplog.set_level(logging.INFO, logger="autoscaler.service.app")
-    values = settings_for(silent_prometheus, backfill_days=0).model_dump(exclude_unset=True)
-    values.pop("prometheus_timeout")
-    if timeout is not None:
-        values["prometheus_timeout"] = timeout
-    running = await start_service(kube, RunSettings(**values))
+    # through the flags, as `run` reads them (the merged settings are validated again)
+    argv = ["--prometheus-url", silent_prometheus, "--tick", "500ms", "--lease-duration", "3s"]
+    argv += ["--http-port", str(free_port()), "--lease-namespace", "default"]
+    argv += ["--backfill-days", "0"] + (["--prometheus-timeout", timeout] if timeout else [])
+    running = await start_service(kube, load_settings(build_run_parser().parse_args(argv)))
     await running.close()
     found = [r for r in caplog.records if "Prometheus queries get" in r.getMessage()]
     assert [r.levelno for r in found] == ([] if level is None else [level])
