@@ -455,8 +455,9 @@ class Actuator:
         deleted: list[str] = []
         for key, comp in state.components.items():
             found = comp.discovered
+            shape = found.shape
             # an LWS marked dry-run gets no write at all; one with a bad policy is held
-            if found.shape is None or found.problems or _dry_run_annotated(found):
+            if shape is None or found.problems or _dry_run_annotated(found):
                 continue
             mine = grouped.get((key.namespace, key.lws), [])
             indexes = [int_label(p, BALLOON_GANG_LABEL) for p in mine]
@@ -465,13 +466,13 @@ class Actuator:
                 mine,
                 lws_name=key.lws,
                 desired_gangs=top,
-                pods_per_gang=comp.discovered.shape.pods_per_gang,
-                digest=shape_digest(comp.discovered.shape, image=self._balloons.image),
+                pods_per_gang=shape.pods_per_gang,
+                digest=shape_digest(shape, image=self._balloons.image),
             )
             if repair.delete_pods:
                 result = await self._balloons.carry_out(
-                    comp.discovered.lws,
-                    shape=comp.discovered.shape,
+                    found.lws,
+                    shape=shape,
                     plan=BalloonPlan(repair.delete_pods, (), repair.broken_gangs, 0),
                     dry_run=False,
                 )
