@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 
 from autoscaler.core.policy import parse_duration
 
@@ -15,4 +16,6 @@ def positive_duration_s(text: str) -> float:
         raise argparse.ArgumentTypeError(str(err)) from err
     if seconds <= 0:
         raise argparse.ArgumentTypeError(f"{text!r} must be longer than zero")
+    if not math.isfinite(seconds):  # hundreds of digits add up to inf
+        raise argparse.ArgumentTypeError(f"{text!r} is too long to be a duration")
     return seconds

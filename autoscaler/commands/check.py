@@ -308,7 +308,20 @@ def _read(paths: Iterable[str]) -> tuple[list[tuple[str, Mapping[str, Any]]], li
         try:
             text = Path(path).read_text(encoding="utf-8")
             for number, doc in enumerate(yaml.safe_load_all(text), start=1):
+                if doc is None:  # an empty document, e.g. after a trailing `---`
+                    continue
                 if not isinstance(doc, dict):
+                    # a YAML list of objects, or plain text: said, not passed as "no problems"
+                    errors.append(
+                        Finding(
+                            path,
+                            f"document {number}",
+                            "file",
+                            f"a {type(doc).__name__}, not a Kubernetes object (a mapping with "
+                            "kind and metadata); several objects go in documents split by ---, "
+                            "or in a kind: List",
+                        )
+                    )
                     continue
                 objects, problems = _objects(path, f"document {number}", doc)
                 documents.extend(objects)

@@ -7,6 +7,7 @@ writes the DESIGN.md section 8 document and `--report DIR` the CSV, plots and re
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from autoscaler.commands.output_paths import (
 )
 from autoscaler.commands.trace_args import add_trace_arguments, trace_path
 from autoscaler.sim.config import load_settings
-from autoscaler.sim.errors import SimulationError
+from autoscaler.sim.errors import SimulationError, TraceError
 from autoscaler.sim.report import table, uses_table, write_json, write_report
 from autoscaler.sim.runner import POLICIES, compare, load_workload
 from autoscaler.sim.workload import BUILTIN_TRACE
@@ -31,8 +32,8 @@ def _positive(text: str) -> float:
         value = float(text)
     except ValueError as err:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from err
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be positive")
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number above zero")
     return value
 
 
@@ -114,6 +115,8 @@ def _simulate(args: argparse.Namespace) -> int:
         workload, scale = load_workload(path, settings, scale=args.scale, name=name)
         if args.duration is not None:
             workload = workload.slice(0.0, args.duration)
+            if workload.arrival_s.size == 0:
+                raise TraceError(f"no request arrives in the first {args.duration:g} s")
         policies = POLICIES if args.policy == "all" else (args.policy,)
         comparison = compare(
             workload,

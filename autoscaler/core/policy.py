@@ -267,7 +267,7 @@ def parse_policy(annotations: Mapping[str, str] | None, *, lws_name: str) -> Pol
     raw = {
         key.removeprefix(PREFIX): value.strip() if isinstance(value, str) else value
         for key, value in (annotations or {}).items()
-        if key.startswith(PREFIX)
+        if isinstance(key, str) and key.startswith(PREFIX)  # YAML may give `1:` an int key
     }
     problems = [
         PolicyProblem(PREFIX + key, repr(value), "annotation values must be strings")

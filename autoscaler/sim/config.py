@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from autoscaler.core.policy import MAX_LEAD_TIME_S
 from autoscaler.sim.errors import ConfigError
 from autoscaler.validation_errors import describe_validation_error
 
@@ -24,7 +25,8 @@ MIN_STEP_S = 0.1
 
 
 class _Settings(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # `.inf` in the YAML reached `round()` and scipy as tracebacks: every number is finite
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 
 class ClusterSettings(_Settings):
@@ -200,6 +202,19 @@ class SimSettings(_Settings):
         if abs(ratio - round(ratio)) > 1e-9 or ratio < 1:
             raise ValueError(
                 f"tick_s ({self.tick_s:g} s) must be a whole multiple of step_s ({self.step_s:g} s)"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _lead_time_at_most_a_day(self) -> SimSettings:
+        # `gang`'s lead-time annotation is this sum, and the policy takes at most 24h; said
+        # here it names the settings, not an annotation nobody wrote (1e9 s also ran for
+        # minutes in the oracle's look-ahead before failing)
+        lead_s = self.cluster.node_provisioning_s + self.cluster.gang_startup_s + self.tick_s
+        if lead_s > MAX_LEAD_TIME_S:
+            raise ValueError(
+                f"cluster.node_provisioning_s + cluster.gang_startup_s + tick_s ({lead_s:g} s) "
+                "is the lead time of a new gang, at most 24h"
             )
         return self
 

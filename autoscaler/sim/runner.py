@@ -9,16 +9,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from autoscaler.sim.baselines import OracleController, ReactiveController, StaticController
 from autoscaler.sim.config import SimSettings
 from autoscaler.sim.controller import Controller
 from autoscaler.sim.engine import RunResult, simulate
-from autoscaler.sim.errors import ConfigError, SimulationError
+from autoscaler.sim.errors import ConfigError, SimulationError, TraceError
 from autoscaler.sim.metrics import PolicyMetrics, measure
 from autoscaler.sim.requirement import look_ahead_max, per_step, required_gangs
-from autoscaler.sim.workload import Workload, load_servegen, load_trace, scale_requests
+from autoscaler.sim.workload import (
+    Workload,
+    header_columns,
+    load_servegen,
+    load_trace,
+    read_servegen_windows,
+    scale_requests,
+)
 
 if TYPE_CHECKING:
     from autoscaler.sim.gang_policy import ForecasterFactory
@@ -57,9 +63,14 @@ def load_workload(
 ) -> tuple[Workload, float]:
     """Load a trace and scale it (`scale` None: automatic)."""
     if _is_servegen(path):
-        frame = pd.read_csv(path, comment="#")
         if scale is None:
+            frame = read_servegen_windows(path)
             peak = float((frame["requests_per_s"] * frame["mean_input_tokens"].ffill()).max())
+            if not peak > 0:  # NaN too: no window with both a rate and a prompt length
+                raise TraceError(
+                    f"{path}: no window has requests and a prompt length to size the traffic "
+                    "by; give --scale"
+                )
             gang = settings.serving.prefill_tokens_per_s(settings.cluster.pods_per_gang)
             scale = settings.target_peak_gangs * gang / peak
         workload = load_servegen(path, seed=settings.seed, rate_scale=scale, name=name)
@@ -71,11 +82,7 @@ def load_workload(
 
 
 def _is_servegen(path: Path) -> bool:
-    if path.suffix not in (".csv",):
-        return False
-    with path.open(encoding="utf-8") as handle:
-        header = handle.readline()
-    return "requests_per_s" in header
+    return path.suffix == ".csv" and "requests_per_s" in header_columns(path)
 
 
 def cluster_quota(requirement: dict[str, np.ndarray], settings: SimSettings) -> int | None:

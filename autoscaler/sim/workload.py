@@ -10,6 +10,7 @@ multi-day series to arrays of a few million entries, so the serving model stays 
 from __future__ import annotations
 
 import gzip
+import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,7 +92,10 @@ def _build(
 def load_azure_requests(path: Path, *, name: str | None = None) -> Workload:
     """Azure LLM inference trace: `TIMESTAMP,ContextTokens,GeneratedTokens`, one request a row."""
     frame = _read_csv(path, ("TIMESTAMP", "ContextTokens", "GeneratedTokens"))
-    stamps = pd.to_datetime(frame["TIMESTAMP"], format="mixed")
+    try:
+        stamps = pd.to_datetime(frame["TIMESTAMP"], format="mixed")
+    except (ValueError, TypeError) as err:  # a string that is no time, or mixed time zones
+        raise TraceError(f"{path}: TIMESTAMP: {err}") from err
     start = stamps.min().floor("s")
     arrival = (stamps - start).dt.total_seconds().to_numpy()
     return _build(
@@ -125,11 +129,31 @@ def load_per_second(path: Path, *, name: str | None = None) -> Workload:
 
 def load_mooncake(path: Path, *, name: str | None = None) -> Workload:
     """Mooncake JSON lines: `timestamp` (ms), `input_length`, `output_length`."""
+    # Read line by line, not with `pandas.read_json`: that takes a key named `timestamp` for
+    # a date, and epoch milliseconds came out 1000x too late (a run that asked for TiBs).
+    columns = ("timestamp", "input_length", "output_length")
+    rows: list[dict[str, object]] = []
     try:
-        frame = pd.read_json(path, lines=True)
-    except ValueError as err:
-        raise TraceError(f"{path}: not a JSON-lines trace") from err
-    _require(path, frame, ("timestamp", "input_length", "output_length"))
+        with path.open(encoding="utf-8-sig") as handle:
+            for number, line in enumerate(handle, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as err:
+                    raise TraceError(f"{path}: line {number} is not JSON ({err.msg})") from err
+                if not isinstance(row, dict):
+                    raise TraceError(f"{path}: line {number} is not a JSON object")
+                rows.append({c: row.get(c) for c in columns})
+    except (OSError, UnicodeDecodeError) as err:
+        raise TraceError(f"{path}: cannot read trace ({type(err).__name__})") from err
+    frame = pd.DataFrame(rows, columns=list(columns))
+    values = frame.apply(pd.to_numeric, errors="coerce")
+    _first_bad(path, values.isna(), "no number", row_name="line")
+    _first_bad(path, pd.DataFrame(~np.isfinite(values), columns=list(columns)),
+               "an infinite value", row_name="line")  # fmt: skip
+    _first_bad(path, values < 0, "a negative value", row_name="line")
+    frame = values
     arrival = frame["timestamp"].to_numpy(dtype=np.float64) / 1000.0
     arrival -= arrival.min()
     return _build(
@@ -156,8 +180,7 @@ def load_servegen(
     windows). Its rate is interpolated linearly in time between the windows either side,
     so a gap replays as the traffic around it instead of a silence followed by a step.
     """
-    columns = ("t_seconds", "requests_per_s", "mean_input_tokens", "mean_output_tokens")
-    frame = _read_csv(path, columns)
+    frame = read_servegen_windows(path)
     window_s = float(np.median(np.diff(frame["t_seconds"].to_numpy()))) if len(frame) > 1 else 600
     lengths = frame[["mean_input_tokens", "mean_output_tokens"]].ffill().bfill()
     if lengths.isna().any().any():
@@ -181,6 +204,20 @@ def load_servegen(
         np.repeat(lengths["mean_output_tokens"].to_numpy(dtype=np.float64), per_window),
         float(counts.size),
     )
+
+
+SERVEGEN_COLUMNS = ("t_seconds", "requests_per_s", "mean_input_tokens", "mean_output_tokens")
+
+
+def read_servegen_windows(path: Path) -> pd.DataFrame:
+    """The checked rows of a ServeGen window series (empty length columns allowed: those
+    windows take the last known lengths), one window after another."""
+    frame = _read_csv(path, SERVEGEN_COLUMNS, may_be_empty=SERVEGEN_COLUMNS[2:])
+    steps = np.diff(frame["t_seconds"].to_numpy(dtype=np.float64))
+    if steps.size and not (steps > 0).all():
+        row = int((steps <= 0).argmax()) + 2
+        raise TraceError(f"{path}: t_seconds must increase row by row (data row {row} does not)")
+    return frame
 
 
 def fill_collection_gaps(
@@ -259,7 +296,7 @@ def load_trace(path: Path, *, seed: int, name: str | None = None) -> Workload:
     label = name or path.name.removesuffix(".gz").rsplit(".", 1)[0]
     if path.suffix == ".jsonl":
         return load_mooncake(path, name=label)
-    header = _header(path)
+    header = header_columns(path)
     if "TIMESTAMP" in header:
         return load_azure_requests(path, name=label)
     if "requests_per_s" in header:
@@ -272,10 +309,11 @@ def load_trace(path: Path, *, seed: int, name: str | None = None) -> Workload:
     )
 
 
-def _header(path: Path) -> set[str]:
+def header_columns(path: Path) -> set[str]:
+    """The column names of a CSV trace's header row."""
     opener = gzip.open if path.suffix == ".gz" else open
     try:
-        with opener(path, "rt", encoding="utf-8") as handle:
+        with opener(path, "rt", encoding="utf-8-sig") as handle:
             for line in handle:
                 if line.strip() and not line.startswith("#"):
                     return {c.strip() for c in line.split(",")}
@@ -284,19 +322,33 @@ def _header(path: Path) -> set[str]:
     raise TraceError(f"{path}: empty trace file")
 
 
-def _read_csv(path: Path, columns: tuple[str, ...]) -> pd.DataFrame:
+def _read_csv(
+    path: Path, columns: tuple[str, ...], *, may_be_empty: tuple[str, ...] = ()
+) -> pd.DataFrame:
+    """The trace's rows, every value of `columns` present (but those in `may_be_empty`),
+    numeric (but `TIMESTAMP`), finite and not negative; else a `TraceError` naming the first
+    bad value. A BOM (a spreadsheet's "CSV UTF-8") is not part of the first column's name."""
     try:
-        frame = pd.read_csv(path, comment="#")
-    except (OSError, ValueError) as err:
-        raise TraceError(f"{path}: cannot read trace CSV") from err
+        frame = pd.read_csv(path, comment="#", encoding="utf-8-sig")
+    except (OSError, ValueError) as err:  # UnicodeDecodeError is a ValueError
+        raise TraceError(f"{path}: cannot read trace CSV ({type(err).__name__})") from err
     _require(path, frame, columns)
     numeric = [c for c in columns if c != "TIMESTAMP"]
-    bad = frame[numeric].apply(pd.to_numeric, errors="coerce").isna() & frame[numeric].notna()
+    values = frame[numeric].apply(pd.to_numeric, errors="coerce")
+    _first_bad(path, values.isna() & frame[numeric].notna(), "a non-numeric value")
+    _first_bad(path, frame[[c for c in columns if c not in may_be_empty]].isna(), "no value")
+    finite = np.isfinite(values.to_numpy(dtype=np.float64, na_value=0.0))
+    _first_bad(path, pd.DataFrame(~finite, columns=numeric), "an infinite value")
+    _first_bad(path, values < 0, "a negative value")
+    frame[numeric] = values
+    return frame
+
+
+def _first_bad(path: Path, bad: pd.DataFrame, what: str, *, row_name: str = "data row") -> None:
     if bad.any().any():
         column = bad.any().idxmax()
         row = int(bad[column].to_numpy().argmax())
-        raise TraceError(f"{path}: non-numeric value in column {column!r} at data row {row + 1}")
-    return frame
+        raise TraceError(f"{path}: {what} in column {column!r} at {row_name} {row + 1}")
 
 
 def _require(path: Path, frame: pd.DataFrame, columns: tuple[str, ...]) -> None:

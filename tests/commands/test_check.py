@@ -250,6 +250,15 @@ def test_a_field_in_error_is_not_compared_by_its_default(tmp_path, capsys):
             ": default/a: spec.leaderWorkerTemplate: malformed",
             id="template-a-list",
         ),
+        # both passed as "ok: 0 opted-in LeaderWorkerSet(s), no problems"
+        pytest.param(
+            "- apiVersion: leaderworkerset.x-k8s.io/v1\n  kind: LeaderWorkerSet\n",
+            ": document 1: file: a list, not a Kubernetes object",
+            id="a-yaml-list-of-objects",
+        ),
+        pytest.param(
+            "hello world\n", ": document 1: file: a str, not a Kubernetes object", id="plain-text"
+        ),
     ],
 )
 def test_check_reports_malformed_objects_in_one_line(tmp_path, capsys, text, expected):
@@ -551,3 +560,13 @@ def test_an_autoscaler_on_a_roles_scaler_is_reported_in_another_file(tmp_path, c
         "disaggregatedset-sample-decode; the service never writes a target another autoscaler "
         "owns, so the component would hold: remove one of the two"
     ]
+
+
+def test_an_annotation_key_that_is_not_a_string_is_no_crash(tmp_path, capsys):
+    """YAML reads `1: x` as an int key: `startswith` on it was an AttributeError."""
+    doc = yaml.safe_load(LWS.format(name="a", annotations="{}"))
+    doc["metadata"]["annotations"] = {PREFIX + "enabled": "true", 1: "x"}
+    path = tmp_path / "lws.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    assert main(["check", str(path)]) == 0
+    assert "1 opted-in" in capsys.readouterr().err

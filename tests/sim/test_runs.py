@@ -103,6 +103,75 @@ def test_a_malformed_trace_is_refused_with_its_row(tmp_path: Path) -> None:
         load_trace(unknown, seed=0)
 
 
+PER_SECOND = "t_seconds,requests,input_tokens,output_tokens\n0,1,10,5\n"
+SERVEGEN = "t_seconds,requests_per_s,mean_input_tokens,mean_output_tokens\n"
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "message"),
+    [
+        # each was a traceback or a misleading message in the middle of the run
+        pytest.param("a.csv", PER_SECOND + "1,2,,10\n", r"no value.*input_tokens.*row 2",
+                     id="empty-token-field"),
+        pytest.param("a.csv", PER_SECOND + "1,2,nan,10\n", r"no value.*input_tokens.*row 2",
+                     id="nan-tokens"),
+        pytest.param("a.csv", PER_SECOND + "-1,2,20,10\n", r"negative.*t_seconds.*row 2",
+                     id="negative-time"),
+        pytest.param("a.csv", PER_SECOND + "1,inf,20,10\n", r"infinite.*requests.*row 2",
+                     id="infinite-count"),
+        pytest.param("a.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\nnot-a-date,10,5\n",
+                     "TIMESTAMP", id="azure-time-not-a-time"),
+        pytest.param("a.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n,10,5\n",
+                     r"no value.*TIMESTAMP.*row 1", id="azure-time-empty"),
+        pytest.param("a.csv", SERVEGEN + "600,1,10,5\n0,1,10,5\n",
+                     r"t_seconds must increase.*row 2", id="servegen-out-of-order"),
+        pytest.param("a.jsonl", '{"timestamp": 0, "input_length": 5}\n',
+                     r"no number.*output_length.*line 1", id="jsonl-missing-key"),
+        pytest.param("a.jsonl", '{"timestamp": 0, "input_length": 5, "output_length": 1}\n{\n',
+                     r"line 2 is not JSON", id="jsonl-bad-line"),
+    ],
+)  # fmt: skip
+def test_a_bad_value_in_a_trace_is_refused_with_where_it_is(
+    tmp_path: Path, name: str, text: str, message: str
+) -> None:
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(TraceError, match=message):
+        load_workload(path, load_settings(), scale=None, name="t")
+
+
+def test_a_trace_saved_with_a_bom_or_in_another_encoding(tmp_path: Path) -> None:
+    """A spreadsheet's "CSV UTF-8" starts with a BOM, which became part of the first
+    column's name (`unknown trace format`); UTF-16 was a UnicodeDecodeError traceback."""
+    bom = tmp_path / "bom.csv"
+    bom.write_bytes(("\ufeff" + PER_SECOND + "1,2,20,10\n").encode())
+    assert load_trace(bom, seed=0).total_requests == 3
+    utf16 = tmp_path / "utf16.csv"
+    utf16.write_text(SERVEGEN + "0,1,10,5\n", encoding="utf-16")
+    with pytest.raises(TraceError, match="cannot read"):
+        load_workload(utf16, load_settings(), scale=None, name="t")
+
+
+def test_mooncake_epoch_milliseconds_are_milliseconds_not_dates(tmp_path: Path) -> None:
+    """`pandas.read_json` took the `timestamp` key for a date: epoch milliseconds came out
+    1000x too late, and the run asked for TiBs."""
+    path = tmp_path / "epoch.jsonl"
+    path.write_text(
+        '{"timestamp": 1700000000000, "input_length": 100, "output_length": 5}\n'
+        '{"timestamp": 1700000060000, "input_length": 100, "output_length": 5}\n'
+    )
+    workload = load_trace(path, seed=0)
+    assert workload.arrival_s.tolist() == [0.0, 60.0]
+    assert workload.duration_s == 61.0
+
+
+def test_a_servegen_series_with_nothing_to_size_by_asks_for_a_scale(tmp_path: Path) -> None:
+    path = tmp_path / "quiet.csv"
+    path.write_text(SERVEGEN + "0,1,,\n600,2,,\n")
+    with pytest.raises(TraceError, match="give --scale"):
+        load_workload(path, load_settings(), scale=None, name="t")
+
+
 def test_a_bad_config_is_refused(tmp_path: Path) -> None:
     config = tmp_path / "sim.yaml"
     config.write_text("cluster:\n  gpus_per_pod: 16\n")
@@ -281,6 +350,21 @@ def test_cli_names_a_bad_gang_setting(tmp_path: Path, capsys: pytest.CaptureFixt
             id="a-flag-is-named-as-a-flag",
         ),
         pytest.param(
+            "cluster: {node_provisioning_s: .inf}\n",  # OverflowError in round()
+            [],
+            "{path}: invalid simulator configuration:\n"
+            "  cluster.node_provisioning_s: Input should be a finite number",
+            id="an-infinite-setting",
+        ),
+        pytest.param(
+            "cluster: {node_provisioning_s: 100000}\n",  # blamed `gang.prefill.lead-time`
+            [],
+            "{path}: invalid simulator configuration:\n"
+            "  settings: cluster.node_provisioning_s + cluster.gang_startup_s + tick_s "
+            "(100195 s) is the lead time of a new gang, at most 24h",
+            id="a-lead-time-over-a-day",
+        ),
+        pytest.param(
             "cluster: [\n",
             [],
             "{path}: simulator configuration is not valid YAML: while parsing a flow node "
@@ -306,6 +390,21 @@ def test_cli_says_what_is_wrong_with_the_configuration(
     assert captured.err.startswith("gang-autoscaler simulate: " + expected.format(path=path))
     assert "pydantic" not in captured.err
     assert captured.out == ""
+
+
+def test_cli_refuses_a_run_with_nothing_to_replay(capsys: pytest.CaptureFixture[str]) -> None:
+    # the built-in trace's first request comes after 0.1 s: an IndexError in the oracle
+    assert main(["simulate", "--duration", "100ms", "--no-progress"]) == 2
+    captured = capsys.readouterr()
+    assert "no request arrives in the first 0.1 s" in captured.err
+    assert captured.out == ""
+
+
+def test_cli_refuses_an_infinite_scale(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stopped:  # argparse's usage error
+        main(["simulate", "--scale", "inf", "--no-progress"])
+    assert stopped.value.code == 2
+    assert "'inf' must be a finite number above zero" in capsys.readouterr().err
 
 
 def test_the_shortest_step_is_a_tenth_of_a_second() -> None:
