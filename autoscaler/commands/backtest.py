@@ -84,6 +84,14 @@ def _backtest(args: argparse.Namespace) -> int:
         trace = read_trace(path)
         # a trace named is reported by that name (as simulate does), a file by its short name
         name = trace.name if path == Path(args.trace) else args.trace
+        if args.step is not None and args.step < trace.native_step_s:
+            # windows finer than the trace's own are empty or repeat it: every score n/a
+            print(
+                f"gang-autoscaler backtest: --step {args.step:g} s is finer than the trace's "
+                f"own {trace.native_step_s:g} s windows",
+                file=sys.stderr,
+            )
+            return EXIT_BAD_INPUT
         step_s = args.step or max(DEFAULT_STEP_S, trace.native_step_s)
         report = run_backtest(
             trace.series,

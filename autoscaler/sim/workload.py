@@ -10,7 +10,6 @@ multi-day series to arrays of a few million entries, so the serving model stays 
 from __future__ import annotations
 
 import gzip
-import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,8 +20,8 @@ from numpy.typing import ArrayLike
 
 from autoscaler.sim.errors import TraceError
 from forecasting.errors import TraceFormatError
+from forecasting.traces import read_json_lines, servegen_gaps
 from forecasting.traces import resolve_trace as resolve_shared_trace
-from forecasting.traces import servegen_gaps
 
 logger = logging.getLogger(__name__)
 
@@ -129,39 +128,23 @@ def load_per_second(path: Path, *, name: str | None = None) -> Workload:
 
 def load_mooncake(path: Path, *, name: str | None = None) -> Workload:
     """Mooncake JSON lines: `timestamp` (ms), `input_length`, `output_length`."""
-    # Read line by line, not with `pandas.read_json`: that takes a key named `timestamp` for
-    # a date, and epoch milliseconds came out 1000x too late (a run that asked for TiBs).
     columns = ("timestamp", "input_length", "output_length")
-    rows: list[dict[str, object]] = []
     try:
-        with path.open(encoding="utf-8-sig") as handle:
-            for number, line in enumerate(handle, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as err:
-                    raise TraceError(f"{path}: line {number} is not JSON ({err.msg})") from err
-                if not isinstance(row, dict):
-                    raise TraceError(f"{path}: line {number} is not a JSON object")
-                rows.append({c: row.get(c) for c in columns})
-    except (OSError, UnicodeDecodeError) as err:
-        raise TraceError(f"{path}: cannot read trace ({type(err).__name__})") from err
-    frame = pd.DataFrame(rows, columns=list(columns))
-    values = frame.apply(pd.to_numeric, errors="coerce")
+        values = read_json_lines(path, columns)
+    except TraceFormatError as err:
+        raise TraceError(str(err)) from err
     _first_bad(path, values.isna(), "no number", row_name="line")
     _first_bad(path, pd.DataFrame(~np.isfinite(values), columns=list(columns)),
                "an infinite value", row_name="line")  # fmt: skip
     _first_bad(path, values < 0, "a negative value", row_name="line")
-    frame = values
-    arrival = frame["timestamp"].to_numpy(dtype=np.float64) / 1000.0
+    arrival = values["timestamp"].to_numpy(dtype=np.float64) / 1000.0
     arrival -= arrival.min()
     return _build(
         name or path.stem,
         arrival,
-        np.ones(len(frame)),
-        frame["input_length"].to_numpy(),
-        frame["output_length"].to_numpy(),
+        np.ones(len(values)),
+        values["input_length"].to_numpy(),
+        values["output_length"].to_numpy(),
         float(np.ceil(arrival.max() + 1e-9)),
     )
 

@@ -364,3 +364,31 @@ def test_the_default_model_is_always_scored() -> None:
     report = run_backtest(history, trace="cut", horizon_s=1800, step_s=STEP_S,
                           models=["persistence"])  # fmt: skip
     assert report.default_model in report.models
+
+
+def test_mooncake_epoch_milliseconds_are_milliseconds_not_dates(tmp_path: Path) -> None:
+    """`pandas.read_json` took `timestamp` for a date: epoch milliseconds came out 1000x too
+    large, and the per-second counts asked numpy for 12 TiB."""
+    path = tmp_path / "epoch.jsonl"
+    path.write_text(
+        '{"timestamp": 1700000000000, "input_length": 1, "output_length": 1}\n'
+        '{"timestamp": 1700000002500, "input_length": 1, "output_length": 1}\n'
+    )
+    trace = read_trace(path)
+    assert trace.series.values.tolist() == [1.0, 0.0, 1.0]
+
+
+@pytest.mark.parametrize("count", ["-3", "inf", "nan"])
+def test_a_count_that_is_no_count_is_refused_with_its_row(tmp_path: Path, count: str) -> None:
+    path = tmp_path / "per_second.csv"
+    path.write_text(f"t_seconds,requests,input_tokens,output_tokens\n0,1,5,5\n1,{count},5,5\n")
+    with pytest.raises(TraceFormatError, match="requests at data row 2"):
+        read_trace(path)
+
+
+def test_a_step_finer_than_the_trace_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--step 1m` on 10-minute windows scored every model n/a and exited 0."""
+    traces = str(shared_data_path("traces"))
+    argv = ["backtest", "--trace", "servegen-m-small", "--traces-dir", traces, "--step", "1m"]
+    assert cli.main(argv) == 2
+    assert "finer than the trace's own 600 s windows" in capsys.readouterr().err
