@@ -13,7 +13,7 @@ import copy
 import datetime as dt
 import functools
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import pytest
@@ -531,6 +531,21 @@ async def test_stale_view_holds_are_told_concurrently_so_a_slow_event_holds_up_n
     assert set(told) == {DECODE, PREFILL}
 
 
+async def apply_until_the_lease_is_lost(
+    kube: FakeKube, api: client.ApiClient, plan: GangPlan, may_write: Callable[[], bool]
+) -> None:
+    """One apply by an adapter whose `may_write` turns False during it: it raises NotLeader."""
+    adapter = KubeAdapter(api, watch_timeout_s=30, event_instance="test-0", may_write=may_write)
+    await adapter.start(sync_timeout_s=5)
+    await adapter.ensure_priority_class()
+    try:
+        await settle(adapter, kube)
+        with pytest.raises(NotLeader):
+            await adapter.apply(plan, adapter.snapshot(now_s=time.time()), dry_run=False)
+    finally:
+        await adapter.close()
+
+
 async def test_a_lease_lost_mid_pass_stops_every_component_before_its_next_write(kube, api):
     add_gpu_nodes(kube, 8)
     add_pd(kube)
@@ -538,20 +553,13 @@ async def test_a_lease_lost_mid_pass_stops_every_component_before_its_next_write
     def may_write() -> bool:  # the lease is lost as soon as the first /scale is served
         return not kube.requests("PATCH", "/scale")
 
-    adapter = KubeAdapter(api, watch_timeout_s=30, event_instance="test-0", may_write=may_write)
-    await adapter.start(sync_timeout_s=5)
-    try:
-        await settle(adapter, kube)
-        plan = GangPlan(
-            {
-                DECODE: component_plan(DECODE, current=1, desired=2, balloons=1),
-                PREFILL: component_plan(PREFILL, current=1, desired=2, balloons=1),
-            }
-        )
-        with pytest.raises(NotLeader):
-            await adapter.apply(plan, adapter.snapshot(now_s=time.time()), dry_run=False)
-    finally:
-        await adapter.close()
+    plan = GangPlan(
+        {
+            DECODE: component_plan(DECODE, current=1, desired=2, balloons=1),
+            PREFILL: component_plan(PREFILL, current=1, desired=2, balloons=1),
+        }
+    )
+    await apply_until_the_lease_is_lost(kube, api, plan, may_write)
     # each component checked the lease before its /scale; none went on to its balloon gang
     assert 1 <= len(kube.requests("PATCH", "/scale")) <= 2
     assert kube.requests("POST", "/pods") == []
@@ -566,15 +574,8 @@ async def test_a_lease_lost_during_the_calls_before_a_patch_sends_no_patch(kube,
     def may_write() -> bool:  # the lease is lost while the HPAs are being listed
         return not kube.requests("GET", "horizontalpodautoscalers")
 
-    adapter = KubeAdapter(api, watch_timeout_s=30, event_instance="test-0", may_write=may_write)
-    await adapter.start(sync_timeout_s=5)
-    try:
-        await settle(adapter, kube)
-        plan = GangPlan({DECODE: component_plan(DECODE, current=1, desired=2)})
-        with pytest.raises(NotLeader):
-            await adapter.apply(plan, adapter.snapshot(now_s=time.time()), dry_run=False)
-    finally:
-        await adapter.close()
+    plan = GangPlan({DECODE: component_plan(DECODE, current=1, desired=2)})
+    await apply_until_the_lease_is_lost(kube, api, plan, may_write)
     assert kube.requests("GET", "horizontalpodautoscalers")
     assert kube.requests("PATCH", "/scale") == []
     assert spec_replicas(kube, "llama-decode") == 1
@@ -587,16 +588,8 @@ async def test_a_lease_lost_between_balloon_members_leaves_no_half_gang(kube, ap
     def may_write() -> bool:  # the lease is lost once the first member is created
         return not kube.requests("POST", "/pods")
 
-    adapter = KubeAdapter(api, watch_timeout_s=30, event_instance="test-0", may_write=may_write)
-    await adapter.start(sync_timeout_s=5)
-    await adapter.ensure_priority_class()
-    try:
-        await settle(adapter, kube)
-        plan = GangPlan({DECODE: component_plan(DECODE, current=1, desired=1, balloons=1)})
-        with pytest.raises(NotLeader):
-            await adapter.apply(plan, adapter.snapshot(now_s=time.time()), dry_run=False)
-    finally:
-        await adapter.close()
+    plan = GangPlan({DECODE: component_plan(DECODE, current=1, desired=1, balloons=1)})
+    await apply_until_the_lease_is_lost(kube, api, plan, may_write)
     assert len(kube.requests("POST", "/pods")) == 1  # the second member was never sent
     assert balloon_pods(kube, "llama-decode") == []  # and the first was taken back
 
