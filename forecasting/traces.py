@@ -144,9 +144,10 @@ def read_trace(path: Path) -> Trace:
 
 
 def _open_text(path: Path) -> IO[str]:
+    # UTF-8 whatever the locale, and a BOM (a spreadsheet's "CSV UTF-8") is no character
     if path.suffix == ".gz":
-        return gzip.open(path, "rt", newline="")
-    return path.open(newline="")
+        return gzip.open(path, "rt", newline="", encoding="utf-8-sig")
+    return path.open(newline="", encoding="utf-8-sig")
 
 
 def _short_name(path: Path) -> str:
@@ -201,11 +202,13 @@ def read_json_lines(path: Path, columns: Sequence[str]) -> pd.DataFrame:
     Line by line, not `pandas.read_json`: that takes a key named `timestamp` for a date, so
     epoch milliseconds came out 1000x too large (a backtest that asked for 12 TiB)."""
     rows: list[dict[str, object]] = []
+    lines: list[int] = []
     try:
         with _open_text(path) as handle:
             for number, line in enumerate(handle, start=1):
                 if not line.strip():
                     continue
+                lines.append(number)
                 try:
                     row = json.loads(line)
                 except json.JSONDecodeError as err:
@@ -217,8 +220,11 @@ def read_json_lines(path: Path, columns: Sequence[str]) -> pd.DataFrame:
                 rows.append({c: row.get(c) for c in columns})
     except (OSError, UnicodeDecodeError) as err:
         raise TraceFormatError(f"{path}: cannot read trace ({type(err).__name__})") from err
-    frame = pd.DataFrame(rows, columns=list(columns))
-    return frame.apply(pd.to_numeric, errors="coerce")
+    if not rows:
+        raise TraceFormatError(f"{path}: no JSON lines")
+    # indexed by line number - 1, so that a bad value's index + 1 is its line in the file
+    frame = pd.DataFrame(rows, columns=list(columns), index=np.asarray(lines) - 1)
+    return frame.apply(pd.to_numeric, errors="coerce").astype(np.float64)
 
 
 def _mooncake(path: Path) -> tuple[Series, float]:

@@ -113,7 +113,12 @@ def load_per_second(path: Path, *, name: str | None = None) -> Workload:
     Each second becomes one cohort placed at the middle of the second, with the second's
     mean prompt and output lengths.
     """
-    frame = _read_csv(path, ("t_seconds", "requests", "input_tokens", "output_tokens"))
+    tokens = ("input_tokens", "output_tokens")
+    frame = _read_csv(path, ("t_seconds", "requests", *tokens), may_be_empty=tokens)
+    # an empty second may leave its token sums empty; a second with requests may not
+    busy = frame["requests"].to_numpy() > 0
+    _first_bad(path, frame[list(tokens)].isna() & busy[:, None], "no value")
+    frame[list(tokens)] = frame[list(tokens)].fillna(0.0)
     count = frame["requests"].to_numpy(dtype=np.float64)
     safe = np.where(count > 0, count, 1.0)
     return _build(
@@ -277,7 +282,7 @@ def resolve_trace(name_or_path: str, *, traces_dir: Path | None) -> Path:
 def load_trace(path: Path, *, seed: int, name: str | None = None) -> Workload:
     """Load any supported trace file, recognised by its columns."""
     label = name or path.name.removesuffix(".gz").rsplit(".", 1)[0]
-    if path.suffix == ".jsonl":
+    if path.name.removesuffix(".gz").endswith(".jsonl"):
         return load_mooncake(path, name=label)
     header = header_columns(path)
     if "TIMESTAMP" in header:
@@ -316,6 +321,8 @@ def _read_csv(
     except (OSError, ValueError) as err:  # UnicodeDecodeError is a ValueError
         raise TraceError(f"{path}: cannot read trace CSV ({type(err).__name__})") from err
     _require(path, frame, columns)
+    if frame.empty:
+        raise TraceError(f"{path}: no rows under the header")
     numeric = [c for c in columns if c != "TIMESTAMP"]
     values = frame[numeric].apply(pd.to_numeric, errors="coerce")
     _first_bad(path, values.isna() & frame[numeric].notna(), "a non-numeric value")
@@ -328,10 +335,15 @@ def _read_csv(
 
 
 def _first_bad(path: Path, bad: pd.DataFrame, what: str, *, row_name: str = "data row") -> None:
-    if bad.any().any():
-        column = bad.any().idxmax()
-        row = int(bad[column].to_numpy().argmax())
-        raise TraceError(f"{path}: {what} in column {column!r} at {row_name} {row + 1}")
+    """Raise for the first row with a bad value (the leftmost in it); a row's index + 1 is
+    its number (data rows from 0; JSON lines index theirs by line)."""
+    rows = bad.any(axis=1)
+    if rows.any():
+        index = rows.to_numpy().argmax()
+        column = bad.iloc[index].idxmax()
+        raise TraceError(
+            f"{path}: {what} in column {column!r} at {row_name} {bad.index[index] + 1}"
+        )
 
 
 def _require(path: Path, frame: pd.DataFrame, columns: tuple[str, ...]) -> None:

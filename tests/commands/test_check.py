@@ -570,3 +570,9 @@ def test_an_annotation_key_that_is_not_a_string_is_no_crash(tmp_path, capsys):
     path.write_text(yaml.safe_dump(doc))
     assert main(["check", str(path)]) == 0
     assert "1 opted-in" in capsys.readouterr().err
+
+
+def test_a_trailing_document_separator_is_no_finding(tmp_path, capsys):
+    path = tmp_path / "lws.yaml"
+    path.write_text(LWS.format(name="a", annotations="{}") + "---\n")
+    assert main(["check", str(path)]) == 0

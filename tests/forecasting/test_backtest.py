@@ -386,9 +386,26 @@ def test_a_count_that_is_no_count_is_refused_with_its_row(tmp_path: Path, count:
         read_trace(path)
 
 
-def test_a_step_finer_than_the_trace_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_step_finer_than_the_trace_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """`--step 1m` on 10-minute windows scored every model n/a and exited 0."""
-    traces = str(shared_data_path("traces"))
-    argv = ["backtest", "--trace", "servegen-m-small", "--traces-dir", traces, "--step", "1m"]
-    assert cli.main(argv) == 2
+    path = tmp_path / "windows.csv"
+    rows = "".join(f"{600 * i},{1 + i % 3},10,5\n" for i in range(6 * 144))
+    path.write_text("t_seconds,requests_per_s,mean_input_tokens,mean_output_tokens\n" + rows)
+    argv = ["backtest", "--trace", str(path), "--model", "persistence", "--horizon", "10m"]
+    assert cli.main([*argv, "--step", "9m"]) == 2
     assert "finer than the trace's own 600 s windows" in capsys.readouterr().err
+    assert cli.main([*argv, "--step", "10m"]) == 0  # its own step is fine
+
+
+def test_a_jsonl_trace_with_a_bom_reads_as_json(tmp_path: Path) -> None:
+    path = tmp_path / "bom.jsonl"
+    path.write_text('\ufeff{"timestamp": 0, "input_length": 1, "output_length": 1}\n')
+    assert read_trace(path).series.values.tolist() == [1.0]
+
+
+def test_a_duration_of_hundreds_of_digits_is_too_long(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):  # argparse: it added up to inf, then OverflowError
+        cli.main(["backtest", "--horizon", "9" * 400 + "h"])
+    assert "is too long to be a duration" in capsys.readouterr().err

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 from pathlib import Path
@@ -129,6 +130,15 @@ SERVEGEN = "t_seconds,requests_per_s,mean_input_tokens,mean_output_tokens\n"
                      r"no number.*output_length.*line 1", id="jsonl-missing-key"),
         pytest.param("a.jsonl", '{"timestamp": 0, "input_length": 5, "output_length": 1}\n{\n',
                      r"line 2 is not JSON", id="jsonl-bad-line"),
+        pytest.param("a.jsonl", '{"timestamp": 0, "input_length": 5, "output_length": 1}\n\n'
+                     '{"timestamp": 5, "input_length": -5, "output_length": 1}\n',
+                     r"negative.*input_length.*line 3", id="jsonl-counts-file-lines"),
+        pytest.param("a.jsonl", "\n\n", "no JSON lines", id="jsonl-empty"),
+        pytest.param("a.jsonl", "[1, 2]\n", "line 1 is not a JSON object", id="jsonl-not-object"),
+        pytest.param("a.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n", "no rows",
+                     id="azure-header-only"),
+        pytest.param("a.csv", PER_SECOND + "1,2,,\n", r"no value.*input_tokens.*row 2",
+                     id="busy-second-without-tokens"),
     ],
 )  # fmt: skip
 def test_a_bad_value_in_a_trace_is_refused_with_where_it_is(
@@ -150,6 +160,18 @@ def test_a_trace_saved_with_a_bom_or_in_another_encoding(tmp_path: Path) -> None
     utf16.write_text(SERVEGEN + "0,1,10,5\n", encoding="utf-16")
     with pytest.raises(TraceError, match="cannot read"):
         load_workload(utf16, load_settings(), scale=None, name="t")
+
+
+def test_valid_traces_the_checks_must_not_refuse(tmp_path: Path) -> None:
+    # an empty second may leave its token sums empty
+    quiet = tmp_path / "quiet.csv"
+    quiet.write_text(PER_SECOND + "1,0,,\n2,1,10,5\n")
+    assert load_trace(quiet, seed=0).total_requests == 2
+    # JSON lines with a BOM, gzip'd
+    packed = tmp_path / "mc.jsonl.gz"
+    line = '{"timestamp": 0, "input_length": 5, "output_length": 1}\n'
+    packed.write_bytes(gzip.compress(("\ufeff" + line).encode()))
+    assert load_trace(packed, seed=0).total_requests == 1
 
 
 def test_mooncake_epoch_milliseconds_are_milliseconds_not_dates(tmp_path: Path) -> None:
