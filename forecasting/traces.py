@@ -156,6 +156,8 @@ def _short_name(path: Path) -> str:
 
 
 def _regular_step(t_seconds: np.ndarray, path: Path) -> float:
+    if t_seconds.size < 2:
+        raise TraceFormatError(f"{path}: {t_seconds.size} rows; a series needs two at least")
     steps = np.unique(np.diff(t_seconds))
     if steps.size != 1 or steps[0] <= 0:
         raise TraceFormatError(f"{path}: t_seconds is not evenly spaced")

@@ -291,8 +291,10 @@ def load_trace(path: Path, *, seed: int, name: str | None = None) -> Workload:
         return load_servegen(path, seed=seed, name=label)
     if "t_seconds" in header and "requests" in header:
         return load_per_second(path, name=label)
+    shown = ",".join(sorted(header))
+    shown = shown if len(shown) <= 80 else shown[:77] + "..."  # one 7 MB line was all printed
     raise TraceError(
-        f"{path}: unknown trace format (columns {sorted(header)}); expected an Azure request "
+        f"{path}: unknown trace format (columns {shown}); expected an Azure request "
         "CSV, a per-second aggregate, a ServeGen window series or Mooncake JSON lines"
     )
 

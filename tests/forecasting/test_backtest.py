@@ -409,3 +409,10 @@ def test_a_duration_of_hundreds_of_digits_is_too_long(capsys: pytest.CaptureFixt
     with pytest.raises(SystemExit):  # argparse: it added up to inf, then OverflowError
         cli.main(["backtest", "--horizon", "9" * 400 + "h"])
     assert "is too long to be a duration" in capsys.readouterr().err
+
+
+def test_a_header_only_series_says_it_has_too_few_rows(tmp_path: Path) -> None:
+    path = tmp_path / "one.csv"
+    path.write_text("t_seconds,requests,input_tokens,output_tokens\n0,1,5,5\n")
+    with pytest.raises(TraceFormatError, match="1 rows; a series needs two at least"):
+        read_trace(path)

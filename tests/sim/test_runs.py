@@ -100,8 +100,13 @@ def test_a_malformed_trace_is_refused_with_its_row(tmp_path: Path) -> None:
         load_trace(bad, seed=0)
     unknown = tmp_path / "unknown.csv"
     unknown.write_text("a,b\n1,2\n")
-    with pytest.raises(TraceError, match="unknown trace format"):
+    with pytest.raises(TraceError, match=r"unknown trace format \(columns a,b\)"):
         load_trace(unknown, seed=0)
+    wide = tmp_path / "wide.csv"  # a 7 MB header line was printed whole
+    wide.write_text(",".join(f"c{i}" for i in range(10_000)) + "\n")
+    with pytest.raises(TraceError, match=r"columns c0,c1,.{60,}\.\.\.\); expected") as caught:
+        load_trace(wide, seed=0)
+    assert len(str(caught.value)) < 300
 
 
 PER_SECOND = "t_seconds,requests,input_tokens,output_tokens\n0,1,10,5\n"
