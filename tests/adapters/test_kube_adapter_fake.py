@@ -1124,15 +1124,20 @@ async def test_a_balloon_gang_missing_one_member_is_deleted_whole_and_recreated(
     assert not first_uids & {p["metadata"]["uid"] for p in balloons}
 
 
-async def test_start_up_repair_deletes_a_partial_balloon_gang_left_by_a_crash(kube, adapter, api):
+async def leave_a_partial_balloon_gang(kube: FakeKube, adapter: KubeAdapter) -> None:
+    """Two decode balloon gangs, then a crash between two member creations: gang 1 is left
+    with its leader only."""
     add_gpu_nodes(kube, 6)
     decode_exclusive(kube, replicas=1)
     key = ComponentKey(NS, "llama-decode")
     await settle(adapter, kube)
     plan = GangPlan({key: component_plan(key, current=1, desired=1, balloons=2)})
     await adapter.apply(plan, adapter.snapshot(now_s=time.time()), dry_run=False)
-    # A crash between two member creations leaves gang 1 with its leader only.
     kube.remove("pods", NS, "llama-decode-balloon-1-1")
+
+
+async def test_start_up_repair_deletes_a_partial_balloon_gang_left_by_a_crash(kube, adapter, api):
+    await leave_a_partial_balloon_gang(kube, adapter)
     await settle(adapter, kube)
     deleted = await adapter.repair_balloons(now_s=time.time())
     assert deleted == (f"{NS}/llama-decode-balloon-1-0",)
@@ -1154,13 +1159,7 @@ async def test_start_up_repair_writes_nothing_for_an_lws_that_gets_no_writes(
 ):
     """An LWS marked dry-run gets no write at all, and one with a bad policy is held; the
     start-of-term repair deleted their partial balloon gangs all the same."""
-    add_gpu_nodes(kube, 6)
-    decode_exclusive(kube, replicas=1)
-    key = ComponentKey(NS, "llama-decode")
-    await settle(adapter, kube)
-    plan = GangPlan({key: component_plan(key, current=1, desired=1, balloons=2)})
-    await adapter.apply(plan, adapter.snapshot(now_s=time.time()), dry_run=False)
-    kube.remove("pods", NS, "llama-decode-balloon-1-1")
+    await leave_a_partial_balloon_gang(kube, adapter)
     await client.CustomObjectsApi(api).patch_namespaced_custom_object(
         LWS_GROUP, LWS_VERSION, NS, LWS_PLURAL, "llama-decode",
         {"metadata": {"annotations": annotation}},
