@@ -213,6 +213,7 @@ class Service:
             capacity_restore=self.capacity_restore,
             metrics=self.metrics,
             is_leader=self.is_leader,
+            leader_term=lambda: self.elector.terms if self.elector is not None else 0,
             on_became_leader=self._became_leader,
             dry_run=settings.dry_run,
             deadline_s=self.deadline_s,

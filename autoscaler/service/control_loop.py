@@ -181,6 +181,7 @@ class ControlLoop:
         is_leader: Callable[[], bool],
         on_became_leader: Callable[[float], Awaitable[None]],
         dry_run: bool,
+        leader_term: Callable[[], int] = lambda: 0,
         deadline_s: float,
         demand_window_s: float = DEFAULT_DEMAND_WINDOW_S,
         clock: Callable[[], float] = time.time,
@@ -191,6 +192,7 @@ class ControlLoop:
         self._capacity_restore = capacity_restore
         self._metrics = metrics
         self._is_leader = is_leader
+        self._leader_term = leader_term
         self._on_became_leader = on_became_leader
         self.dry_run = dry_run
         self.deadline_s = deadline_s
@@ -202,7 +204,10 @@ class ControlLoop:
         # The last tick that produced a plan: `/decisions` keeps showing it after a tick
         # that stopped before planning (a deadline, an error).
         self.last_planned: TickRecord | None = None
-        self._acting = False  # this instance acted as leader on the last tick
+        # The leadership term this instance acted in on the last tick (None: it did not act).
+        # A term, not a flag: a Lease lost and won back between two ticks is a new term, and
+        # the leader in between may have written.
+        self._acting_term: int | None = None
         self._reported: dict[ComponentKey, ComponentLabels] = {}
         self._last_logged: dict[ComponentKey, tuple[object, ...]] = {}
         self._policy_problems_seen: set[tuple[ComponentKey, str, str]] = set()
@@ -294,9 +299,10 @@ class ControlLoop:
             )
             return
         self._told_stale.clear()
-        if leader and not self._acting and not self.dry_run:
+        term = self._leader_term() if leader else None
+        if term is not None and term != self._acting_term and not self.dry_run:
             await self._on_became_leader(now_s)
-        self._acting = leader
+        self._acting_term = term
 
         # observe: a fixed set of Prometheus queries for every component at once
         parts["phase"] = "observe"

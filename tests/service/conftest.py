@@ -32,6 +32,7 @@ NAMESPACES = (
     "flip",
     "wake",
     "scale-refused",
+    "regain",
 )
 
 

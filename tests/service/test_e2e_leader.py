@@ -6,11 +6,15 @@ from __future__ import annotations
 import time
 
 import pytest
+from kubernetes_asyncio import client
 
+from autoscaler.adapters.lws_scaler import ScaleResult
 from tests.harness.fake_kube import FakeKube
 from tests.service.conftest import Live
 from tests.service.stack import (
     DECODE,
+    LWS_API,
+    NO_BUFFER,
     PREFILL,
     Running,
     balloon_pods,
@@ -119,3 +123,75 @@ async def test_only_the_leader_writes_and_the_standby_takes_over(
             await beta.close()
         if alpha.task is not None and not alpha.task.done():
             await alpha.close()
+
+
+def cached_spec_gangs(running: Running, namespace: str, lws: str) -> int | None:
+    """What the service's watch cache holds for the LWS's spec.replicas."""
+    state = running.service.kube.snapshot(now_s=time.time())
+    for key, component in state.components.items():
+        if (key.namespace, key.lws) == (namespace, lws) and component.observation is not None:
+            return component.observation.spec_gangs
+    return None
+
+
+async def test_a_lease_lost_and_won_back_between_ticks_is_a_new_term(
+    kube: FakeKube, live: Live
+) -> None:
+    """The Lease is lost and won back between two ticks, and meanwhile the decode LWS is
+    scaled by the leader of that gap. The next tick starts a new term from what it observes:
+    no 'another writer' hold, no Warning. Before, the loop saw a leader at both ticks and
+    kept the earlier term's writes, so it held decode for 10 minutes, blaming a legitimate
+    write."""
+    ns = "regain"
+    kube.add_namespace(ns)
+    off = {"gang-autoscaler.io/forecast": "off", **NO_BUFFER}
+    for manifest in pd_manifests(ns, {PREFILL: off, DECODE: off}):
+        kube.apply(manifest)
+    live.exporter.set_lws(namespace=ns, lws=PREFILL, waiting=0, kv_usage_fraction=0.5)
+    live.exporter.set_lws(namespace=ns, lws=DECODE, waiting=12, kv_usage_fraction=0.6)
+    waiting = f'sum(vllm:num_requests_waiting{{namespace="{ns}",pod=~"{DECODE}-0"}})'
+    await wait_until(
+        lambda: [float(r["value"][1]) for r in live.prometheus.query(waiting)] == [12.0],  # type: ignore[index]
+        timeout_s=10,
+        what="decode's queue in Prometheus",
+    )
+    # An hour's tick: after the first, the test runs the ticks itself, so none falls in the gap.
+    settings = settings_for(live.prometheus.url, tick="1h", namespaces=[ns])
+    alpha = await start_service(kube, settings, identity="alpha")
+    loop, elector = alpha.service.loop, alpha.service.elector
+    assert elector is not None
+    try:
+        await wait_until(lambda: loop.last is not None, timeout_s=10, what="the first tick")
+        await wait_until(alpha.service.is_leader, timeout_s=10, what="alpha to lead")
+        await loop.tick()
+        written = spec_gangs(kube, ns, DECODE)
+        assert written > 1, loop.last
+        terms = elector.terms
+        # five dropped renewals in a row outlast the renew deadline: the term ends...
+        kube.inject_fault(code=0, method="GET", path_contains="/leases/", action="disconnect",
+                          times=5)  # fmt: skip
+        await wait_until(lambda: not alpha.service.is_leader(), timeout_s=10, what="a lost Lease")
+        # ...the leader of the gap scales decode, and alpha wins the Lease back
+        await client.CustomObjectsApi(alpha.api).patch_namespaced_custom_object_scale(
+            *LWS_API[:2], ns, LWS_API[2], DECODE, {"spec": {"replicas": written + 1}},
+            _content_type="application/merge-patch+json",
+        )  # fmt: skip
+        await wait_until(
+            lambda: cached_spec_gangs(alpha, ns, DECODE) == written + 1,
+            timeout_s=10,
+            what="the watch to see the gap's write",
+        )
+        await wait_until(
+            lambda: elector.terms == terms + 1 and alpha.service.is_leader(),
+            timeout_s=15,
+            what="alpha to lead again",
+        )
+        assert loop.ticks == 2  # no tick fell in the gap
+        await loop.tick()
+        reasons = {e.get("reason") for e in kube.objects("events", ns)}
+        assert "AnotherWriter" not in reasons, reasons
+        assert loop.last is not None and loop.last.applied is not None
+        (decode,) = (c for k, c in loop.last.applied.components.items() if k.lws == DECODE)
+        assert decode.scale is not None and decode.scale.result is not ScaleResult.OTHER_WRITER
+    finally:
+        await alpha.close()
