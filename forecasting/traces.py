@@ -189,13 +189,32 @@ def _azure_per_second(path: Path, *, skiprows: int) -> tuple[Series, float]:
     return Series(t + step_s, rate), step_s
 
 
-def _azure_raw(path: Path, *, skiprows: int) -> tuple[Series, float]:
-    frame = pd.read_csv(path, usecols=["TIMESTAMP"], skiprows=skiprows)
-    arrivals = pd.to_datetime(frame["TIMESTAMP"], format="mixed")
+def azure_arrival_seconds(stamps: pd.Series, path: Path) -> np.ndarray:
+    """Seconds from the whole second of the first request, from an Azure trace's TIMESTAMP
+    column of dates and times (`2023-11-16 18:17:03.9799600`).
+
+    Numbers are refused: pandas reads them as nanoseconds since 1970, so epoch seconds
+    squeezed an hour of requests into 4 ms, with no error."""
+    if pd.api.types.is_numeric_dtype(stamps) or pd.api.types.is_bool_dtype(stamps):
+        first = stamps.iloc[0].item() if len(stamps) else ""
+        raise TraceFormatError(
+            f"{path}: TIMESTAMP holds numbers (the first is {first}), not dates and times "
+            "like 2023-11-16 18:17:03.9799600; for times in seconds from a start, write the "
+            "per-second columns t_seconds,requests,input_tokens,output_tokens"
+        )
+    try:
+        arrivals = pd.to_datetime(stamps, format="mixed")
+    except (ValueError, TypeError) as err:  # a string that is no time, or mixed time zones
+        raise TraceFormatError(f"{path}: TIMESTAMP: {err}") from err
     if arrivals.isna().any():
         raise TraceFormatError(f"{path}: unparseable TIMESTAMP values")
-    seconds = (arrivals - arrivals.min().floor("s")).dt.total_seconds().to_numpy()
-    return _per_second(seconds)
+    seconds: np.ndarray = (arrivals - arrivals.min().floor("s")).dt.total_seconds().to_numpy()
+    return seconds
+
+
+def _azure_raw(path: Path, *, skiprows: int) -> tuple[Series, float]:
+    frame = pd.read_csv(path, usecols=["TIMESTAMP"], skiprows=skiprows)
+    return _per_second(azure_arrival_seconds(frame["TIMESTAMP"], path))
 
 
 def read_json_lines(path: Path, columns: Sequence[str]) -> pd.DataFrame:

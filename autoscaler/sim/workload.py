@@ -20,7 +20,7 @@ from numpy.typing import ArrayLike
 
 from autoscaler.sim.errors import TraceError
 from forecasting.errors import TraceFormatError
-from forecasting.traces import read_json_lines, servegen_gaps
+from forecasting.traces import azure_arrival_seconds, read_json_lines, servegen_gaps
 from forecasting.traces import resolve_trace as resolve_shared_trace
 
 logger = logging.getLogger(__name__)
@@ -92,11 +92,9 @@ def load_azure_requests(path: Path, *, name: str | None = None) -> Workload:
     """Azure LLM inference trace: `TIMESTAMP,ContextTokens,GeneratedTokens`, one request a row."""
     frame = _read_csv(path, ("TIMESTAMP", "ContextTokens", "GeneratedTokens"))
     try:
-        stamps = pd.to_datetime(frame["TIMESTAMP"], format="mixed")
-    except (ValueError, TypeError) as err:  # a string that is no time, or mixed time zones
-        raise TraceError(f"{path}: TIMESTAMP: {err}") from err
-    start = stamps.min().floor("s")
-    arrival = (stamps - start).dt.total_seconds().to_numpy()
+        arrival = azure_arrival_seconds(frame["TIMESTAMP"], path)
+    except TraceFormatError as err:
+        raise TraceError(str(err)) from err
     return _build(
         name or path.stem,
         arrival,

@@ -378,6 +378,19 @@ def test_mooncake_epoch_milliseconds_are_milliseconds_not_dates(tmp_path: Path) 
     assert trace.series.values.tolist() == [1.0, 0.0, 1.0]
 
 
+def test_an_azure_trace_with_epoch_seconds_is_refused_not_read_as_nanoseconds(
+    tmp_path: Path,
+) -> None:
+    """pandas reads a number as nanoseconds since 1970: an hour of epoch seconds became a
+    series of one window, with no error."""
+    path = tmp_path / "azure.csv"
+    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n1700000000,10,5\n1700003600,10,5\n")
+    with pytest.raises(
+        TraceFormatError, match=r"TIMESTAMP holds numbers \(the first is 1700000000\)"
+    ):
+        read_trace(path)
+
+
 @pytest.mark.parametrize("count", ["-3", "inf", "nan"])
 def test_a_count_that_is_no_count_is_refused_with_its_row(tmp_path: Path, count: str) -> None:
     path = tmp_path / "per_second.csv"

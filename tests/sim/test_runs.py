@@ -127,6 +127,8 @@ SERVEGEN = "t_seconds,requests_per_s,mean_input_tokens,mean_output_tokens\n"
                      id="infinite-count"),
         pytest.param("a.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\nnot-a-date,10,5\n",
                      "TIMESTAMP", id="azure-time-not-a-time"),
+        pytest.param("a.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n1700000000.5,10,5\n",
+                     r"TIMESTAMP holds numbers", id="azure-time-epoch-seconds"),
         pytest.param("a.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n,10,5\n",
                      r"no value.*TIMESTAMP.*row 1", id="azure-time-empty"),
         pytest.param("a.csv", SERVEGEN + "600,1,10,5\n0,1,10,5\n",
