@@ -70,7 +70,10 @@ def _build(
     input_tokens: ArrayLike,
     output_tokens: ArrayLike,
     duration_s: float,
+    *,
+    empty: str | None = None,
 ) -> Workload:
+    """`empty` says why no request is left when it is not the trace's fault (a scale)."""
     arrival = np.asarray(arrival_s, dtype=np.float64)
     order = np.argsort(arrival, kind="stable")
     count = np.asarray(requests, dtype=np.float64)[order]
@@ -84,8 +87,15 @@ def _build(
         duration_s=float(duration_s),
     )
     if workload.arrival_s.size == 0:
-        raise TraceError(f"trace {name!r} has no requests")
+        raise TraceError(empty or f"trace {name!r} has no requests")
     return workload
+
+
+def _scaled_to_nothing(scale: float, total: float) -> str:
+    return (
+        f"at --scale {scale:g} the trace has {total:.3g} requests, fewer than one; raise "
+        "--scale or leave it out (automatic)"
+    )
 
 
 def load_azure_requests(path: Path, *, name: str | None = None) -> Workload:
@@ -189,6 +199,7 @@ def load_servegen(
         np.repeat(lengths["mean_input_tokens"].to_numpy(dtype=np.float64), per_window),
         np.repeat(lengths["mean_output_tokens"].to_numpy(dtype=np.float64), per_window),
         float(counts.size),
+        empty=_scaled_to_nothing(rate_scale, 0.0) if rate_scale != 1.0 else None,
     )
 
 
@@ -240,6 +251,9 @@ def scale_requests(workload: Workload, scale: float, *, seed: int) -> Workload:
     if scale == 1.0:
         return workload
     if not np.all(workload.requests == 1.0):
+        total = workload.total_requests * scale
+        if not total >= 1:  # every policy would meet the SLO on a fraction of a request
+            raise TraceError(_scaled_to_nothing(scale, total))
         return Workload(
             name=workload.name,
             arrival_s=workload.arrival_s,
@@ -263,6 +277,7 @@ def scale_requests(workload: Workload, scale: float, *, seed: int) -> Workload:
         workload.input_tokens[index],
         workload.output_tokens[index],
         workload.duration_s,
+        empty=_scaled_to_nothing(scale, 0.0),
     )
 
 

@@ -157,6 +157,27 @@ def test_a_bad_value_in_a_trace_is_refused_with_where_it_is(
         load_workload(path, load_settings(), scale=None, name="t")
 
 
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        pytest.param("per_second.csv", PER_SECOND + "1,2,20,10\n", id="cohorts"),
+        pytest.param("azure.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                     "2023-11-16 18:17:03.98,10,5\n", id="requests"),
+        pytest.param("servegen.csv", SERVEGEN + "0,1,10,5\n600,1,10,5\n", id="windows"),
+    ],
+)  # fmt: skip
+def test_a_scale_that_leaves_less_than_one_request_is_refused(
+    tmp_path: Path, name: str, text: str
+) -> None:
+    """`--scale 1e-9` ran every policy on a millionth of a request: 100 % SLO for all four."""
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(TraceError, match=r"at --scale 1e-09 the trace has .* fewer than one"):
+        load_workload(path, load_settings(), scale=1e-9, name="t")
+    workload, _ = load_workload(path, load_settings(), scale=1.0, name="t")
+    assert workload.total_requests >= 1
+
+
 def test_a_trace_saved_with_a_bom_or_in_another_encoding(tmp_path: Path) -> None:
     """A spreadsheet's "CSV UTF-8" starts with a BOM, which became part of the first
     column's name (`unknown trace format`); UTF-16 was a UnicodeDecodeError traceback."""
