@@ -29,6 +29,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from autoscaler import strict_yaml
 from autoscaler.adapters.kube_discovery import (
     controller_problem,
     owner_defaults,
@@ -307,7 +308,7 @@ def _read(paths: Iterable[str]) -> tuple[list[tuple[str, Mapping[str, Any]]], li
     for path in paths:
         try:
             text = Path(path).read_text(encoding="utf-8")
-            for number, doc in enumerate(yaml.safe_load_all(text), start=1):
+            for number, doc in enumerate(strict_yaml.load_all(text), start=1):
                 if doc is None:  # an empty document, e.g. after a trailing `---`
                     continue
                 if not isinstance(doc, dict):

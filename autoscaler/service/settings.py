@@ -44,6 +44,7 @@ from pydantic_settings import (
 )
 from pydantic_settings import SettingsError as SourceError
 
+from autoscaler import strict_yaml
 from autoscaler.adapters.kube_objects import PAUSE_IMAGE
 from autoscaler.adapters.prometheus_auth import (
     PrometheusCredentials,
@@ -591,7 +592,7 @@ def _check_config_file(path: Path) -> None:
     # YamlConfigSettingsSource's own errors for a missing file or a non-mapping document are
     # silent or cryptic; say plainly what is wrong before it reads the file.
     try:
-        document = yaml.safe_load(path.read_text(encoding="utf-8"))
+        document = strict_yaml.load(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as err:
         raise SettingsError(f"cannot read config file {path}: {err}") from err
     except yaml.YAMLError as err:

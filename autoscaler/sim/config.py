@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from autoscaler import strict_yaml
 from autoscaler.core.policy import MAX_LEAD_TIME_S
 from autoscaler.sim.errors import ConfigError
 from autoscaler.validation_errors import describe_validation_error
@@ -230,7 +231,7 @@ def load_settings(
     data: dict[str, Any] = {}
     if path is not None:
         try:
-            loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+            loaded = strict_yaml.load(path.read_text(encoding="utf-8"))
         except OSError as err:
             raise ConfigError(
                 f"{path}: cannot read simulator configuration: {err.strerror or err}"

@@ -286,6 +286,21 @@ def test_check_reports_unreadable_files_and_bad_yaml(tmp_path, capsys):
     assert "cannot read" in out
 
 
+def test_check_reports_an_annotation_given_twice(tmp_path, capsys):
+    """The second `max-replicas` silently won: the file read as valid with either value."""
+    path = tmp_path / "twice.yaml"
+    path.write_text(
+        "apiVersion: leaderworkerset.x-k8s.io/v1\nkind: LeaderWorkerSet\n"
+        "metadata:\n  name: llama\n  annotations:\n"
+        '    gang-autoscaler.io/enabled: "true"\n'
+        '    gang-autoscaler.io/max-replicas: "4"\n'
+        '    gang-autoscaler.io/max-replicas: "40"\n'
+    )
+    assert main(["check", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "found key 'gang-autoscaler.io/max-replicas' twice (lines 7 and 8)" in out
+
+
 def test_shipped_examples_pass_check_through_the_console_script():
     assert EXAMPLES, "examples/ must ship at least one manifest"
     result = subprocess.run(

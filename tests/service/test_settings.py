@@ -170,6 +170,11 @@ def test_bad_values_are_refused_with_the_field_named(argv: list[str], message: s
         pytest.param("- a\n- b\n", "YAML mapping", id="not-a-mapping"),
         pytest.param("prometheus_url: [unclosed\n", "not valid YAML", id="broken-yaml"),
         pytest.param(
+            "prometheus_url: http://p:1\ntick: 15s\ntick: 1h\n",
+            r"(?s)not valid YAML.*found key 'tick' twice \(lines 2 and 3\)",
+            id="key-given-twice",
+        ),
+        pytest.param(
             "prometheus_url: http://p:1\nqueries:\n  waiting: sum(vllm:num_requests_waiting)\n",
             "namespace",
             id="query-loses-pod-label",

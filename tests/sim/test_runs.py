@@ -421,6 +421,14 @@ def test_cli_names_a_bad_gang_setting(tmp_path: Path, capsys: pytest.CaptureFixt
             "expected the node content, but found '<stream end>'",
             id="bad-yaml-says-where",
         ),
+        pytest.param(
+            "tick_s: 15\nseed: 1\ntick_s: 30\n",  # the second tick_s silently won
+            [],
+            "{path}: simulator configuration is not valid YAML: while constructing a mapping "
+            "in \"<unicode string>\", line 1, column 1: tick_s: 15 ^ found key 'tick_s' twice "
+            "(lines 1 and 3)",
+            id="a-key-given-twice",
+        ),
     ],
 )
 def test_cli_says_what_is_wrong_with_the_configuration(
