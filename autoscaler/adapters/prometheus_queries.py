@@ -12,6 +12,8 @@ PromQL: these strings come from the operator's settings only.
 
 from __future__ import annotations
 
+import re
+
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from autoscaler.core.model import Component
@@ -19,6 +21,10 @@ from autoscaler.core.model import Component
 BY_POD = "by (namespace, pod)"
 # Queries whose rows are per deployment, not per pod: the label that names it.
 GROUPED_BY = {"wake": "deployment"}
+# A range selector, `[5m]`, or a subquery's range, `[1h:1m]`, in Prometheus's units.
+_RANGE = re.compile(r"\[\s*((?:[0-9]+(?:ms|s|m|h|d|w|y))+)\s*(?::[^\]]*)?\]")
+_RANGE_PART = re.compile(r"([0-9]+)(ms|s|m|h|d|w|y)")
+_UNIT_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800, "y": 31_536_000}
 
 
 def _served_plus_queue_growth(*, served_counter: str, per_request: str, waiting: str,
@@ -179,6 +185,21 @@ class PrometheusQueries(BaseModel):
         if component is Component.UNIFIED and self.unified_demand is not None:
             return "unified_demand"
         return "prefill_demand"
+
+    def demand_rate_window_s(self) -> float | None:
+        """The `rate()` window of the demand queries, as far as their text tells: in each
+        query its shortest range (`[1m]`; a longer one averages something slow, such as the
+        default queries' mean prompt length over `[5m]`), and the longest of those. None when
+        no query has a range (a recording rule's series, say)."""
+        windows = []
+        for query in filter(None, (self.prefill_demand, self.decode_demand, self.unified_demand)):
+            ranges = [
+                sum(int(n) * _UNIT_S[unit] for n, unit in _RANGE_PART.findall(text))
+                for text in _RANGE.findall(query)
+            ]
+            if ranges:
+                windows.append(min(ranges))
+        return float(max(windows)) if windows else None
 
     @classmethod
     def vllm(cls, *, rate_window: str = "1m", mean_window: str = "5m") -> PrometheusQueries:

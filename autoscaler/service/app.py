@@ -286,6 +286,17 @@ class Service:
                 self.tick_s,
                 self.settings.prometheus_timeout_s,
             )
+        rate_window_s = self.settings.queries.demand_rate_window_s()
+        if rate_window_s is not None and rate_window_s > self.settings.demand_window_s:
+            log.warning(
+                "the demand queries' rate() reads %gs, longer than demand-window's %gs: a "
+                "capacity per gang would be learned from a stretch at target shorter than the "
+                "rate() it reads, which still holds the quieter seconds before it, so it "
+                "learns low; set demand-window to %gs with the queries",
+                rate_window_s,
+                self.settings.demand_window_s,
+                rate_window_s,
+            )
         if self.tick_s > MAX_GAP_WINDOWS * self.settings.demand_window_s:
             log.warning(
                 "tick %gs is more than %g demand windows (%gs): no capacity per gang can be "

@@ -259,3 +259,30 @@ def test_docs_give_the_number_of_queries_a_tick_sends(
     assert len(queries.instant_queries()) == per_tick
     docs = " ".join((REPO / "docs" / "prometheus.md").read_text().split())
     assert documented in docs
+
+
+BY = "sum by (namespace, pod)"
+
+
+@pytest.mark.parametrize(
+    ("queries", "window_s"),
+    [
+        pytest.param(PrometheusQueries.vllm(), 60.0, id="vllm-default-not-its-5m-mean"),
+        pytest.param(PrometheusQueries.vllm(rate_window="5m"), 300.0, id="vllm-5m"),
+        pytest.param(PrometheusQueries.vllm(rate_window="1d", mean_window="2d"), 86_400.0,
+                     id="days"),
+        pytest.param(PrometheusQueries.vllm(rate_window="1h30m", mean_window="2h"), 5_400.0,
+                     id="compound"),
+        pytest.param(sglang_queries(), 60.0, id="sglang"),
+        pytest.param(PrometheusQueries(prefill_demand=f"{BY} (rate(x[30s:5s]))",
+                                       decode_demand=f"{BY} (rate(y[2m]))"), 120.0,
+                     id="subquery-and-the-longest-query"),
+        pytest.param(PrometheusQueries(prefill_demand=f"{BY} (x:rate1m)",
+                                       decode_demand=f"{BY} (y:rate1m)"), None,
+                     id="recording-rules-say-nothing"),
+    ],
+)  # fmt: skip
+def test_the_demand_queries_rate_window_is_read_from_their_text(
+    queries: PrometheusQueries, window_s: float | None
+) -> None:
+    assert queries.demand_rate_window_s() == window_s

@@ -346,6 +346,31 @@ async def test_a_tick_too_long_to_learn_a_capacity_is_warned_of_at_start(
         assert found[0].startswith("tick 0.5s is more than 2 demand windows (0.2s)")
 
 
+@pytest.mark.parametrize(("demand_window", "warned"), [("2s", True), ("5s", False)])
+async def test_a_demand_window_shorter_than_the_queries_rate_is_warned_of_at_start(
+    kube: FakeKube,
+    silent_prometheus: str,
+    caplog: pytest.LogCaptureFixture,
+    demand_window: str,
+    warned: bool,
+) -> None:
+    """The queries' rate() over 5 s with a 2 s demand window: a capacity would be learned
+    from 2 s at target while the rate still holds 3 quieter seconds before them."""
+    caplog.set_level(logging.WARNING, logger="autoscaler.service.app")
+    running = await start_service(
+        kube, settings_for(silent_prometheus, demand_window=demand_window, backfill_days=0)
+    )
+    await running.close()
+    found = [r.getMessage() for r in caplog.records if "rate() reads" in r.getMessage()]
+    assert found == (
+        ["the demand queries' rate() reads 5s, longer than demand-window's 2s: a capacity per "
+         "gang would be learned from a stretch at target shorter than the rate() it reads, "
+         "which still holds the quieter seconds before it, so it learns low; set "
+         "demand-window to 5s with the queries"]
+        if warned else []
+    )  # fmt: skip
+
+
 @pytest.mark.parametrize(
     ("timeout", "level"),
     [
