@@ -472,37 +472,51 @@ class BalloonWriter:
         # None. Deletions go on: giving capacity back is always safe.
         self.refused: str | None = None
 
-    async def _delete(self, namespace: str, pod_name: str) -> str | None:
+    async def _delete(self, namespace: str, pod_name: str, *, uid: str | None = None) -> str | None:
+        """Delete a balloon pod; with `uid`, only that pod, not one created since under its
+        name (by the next leader, after a lost Lease)."""
+        options = None if uid is None else client.V1DeleteOptions(
+            preconditions=client.V1Preconditions(uid=uid)
+        )  # fmt: skip
         try:
             await self._core.delete_namespaced_pod(
-                pod_name, namespace, grace_period_seconds=0, propagation_policy="Background"
+                pod_name,
+                namespace,
+                grace_period_seconds=0,
+                propagation_policy="Background",
+                body=options,
             )
         except API_CALL_ERRORS as err:
-            if status_of(err) == 404:
+            # gone, or (409) already another pod of that name: either way, not ours to delete
+            if status_of(err) == 404 or (uid is not None and status_of(err) == 409):
                 return None
             return f"delete {namespace}/{pod_name}: {describe(err)}"
         return None
 
     async def _create_gang(self, namespace: str, manifests: Iterable[dict[str, Any]]) -> str | None:
-        created: list[str] = []
+        # (name, uid) of each member this pass created; the uid is None when no answer came
+        created: list[tuple[str, str | None]] = []
+
+        async def take_back() -> None:
+            for pod_name, uid in created:
+                await self._delete(namespace, pod_name, uid=uid)
+
         for manifest in manifests:
+            name = manifest["metadata"]["name"]
             if not self._may_write():
                 # no half gang left behind: deleting gives capacity back, always safe
-                for pod_name in created:
-                    await self._delete(namespace, pod_name)
+                await take_back()
                 raise NotLeader("the leader Lease was lost while creating balloon pods")
             try:
-                await self._core.create_namespaced_pod(namespace, manifest)
+                pod = await self._core.create_namespaced_pod(namespace, manifest)
             except API_CALL_ERRORS as err:
                 # Never leave part of a balloon gang behind: undo what this pass created,
                 # and the failed member too when no answer came (it may exist).
                 if status_of(err) is None:
-                    created.append(manifest["metadata"]["name"])
-                for pod_name in created:
-                    await self._delete(namespace, pod_name)
-                what = manifest["metadata"]["name"]
-                return f"create {namespace}/{what}: {describe(err)}"
-            created.append(manifest["metadata"]["name"])
+                    created.append((name, None))
+                await take_back()
+                return f"create {namespace}/{name}: {describe(err)}"
+            created.append((name, getattr(getattr(pod, "metadata", None), "uid", None)))
         return None
 
     async def carry_out(

@@ -594,6 +594,30 @@ async def test_a_lease_lost_between_balloon_members_leaves_no_half_gang(kube, ap
     assert balloon_pods(kube, "llama-decode") == []  # and the first was taken back
 
 
+async def test_the_take_back_after_a_lost_lease_spares_the_next_leaders_pod(kube, api):
+    """The Lease is lost after the first member; before the take-back, the next leader has
+    already replaced that member (same name, new pod). The take-back deletes only the pod
+    this pass created: by name alone it deleted the new leader's."""
+    add_gpu_nodes(kube, 8)
+    add_pd(kube)
+    replaced: list[str] = []
+
+    def may_write() -> bool:
+        posted = kube.requests("POST", "/pods")
+        if posted and not replaced:  # the next leader deletes and recreates the member
+            (ours,) = balloon_pods(kube, "llama-decode")
+            kube.remove("pods", NS, ours["metadata"]["name"])
+            theirs = copy.deepcopy(ours)
+            for field in ("uid", "resourceVersion", "creationTimestamp"):
+                theirs["metadata"].pop(field, None)
+            replaced.append(kube.apply(theirs)["metadata"]["uid"])
+        return not posted
+
+    plan = GangPlan({DECODE: component_plan(DECODE, current=1, desired=1, balloons=1)})
+    await apply_until_the_lease_is_lost(kube, api, plan, may_write)
+    assert [p["metadata"]["uid"] for p in balloon_pods(kube, "llama-decode")] == replaced
+
+
 async def test_a_balloon_member_created_without_an_answer_is_not_left_behind(kube, adapter):
     add_gpu_nodes(kube, 6)
     add_pd(kube)
