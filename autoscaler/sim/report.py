@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from autoscaler.sim.metrics import gpu_hours_by_use
+from autoscaler.sim.metrics import DAY_S, by_day, gpu_hours_by_use
 from autoscaler.sim.runner import Comparison
 
 TABLE_COLUMNS = (
@@ -59,6 +59,24 @@ def uses_table(comparison: Comparison) -> str:
         for name, parts in uses.items()
     ]
     return _markdown_table(["GPU-hours", *columns, "total"], rows)
+
+
+def days_table(comparison: Comparison) -> str:
+    """SLO attainment and GPU-hours per day (`by_day`), two columns per policy."""
+    days = {name: by_day(result) for name, result in comparison.results.items()}
+    header = ["day"]
+    for name in days:
+        header += [f"{name} SLO", f"{name} GPU-h"]
+    rows = []
+    for index in range(max(len(d) for d in days.values())):
+        row = [str(index)]
+        for per_day in days.values():
+            day = per_day[index] if index < len(per_day) else None
+            row += ["-", "-"] if day is None else [
+                f"{day.slo_attainment:.2%}", f"{day.gpu_hours:.1f}"
+            ]  # fmt: skip
+        rows.append(row)
+    return _markdown_table(header, rows)
 
 
 def write_json(comparison: Comparison, path: Path) -> None:
@@ -243,6 +261,16 @@ def _markdown(comparison: Comparison, plots: list[Path]) -> str:
         "(a node is removed after the cluster's idle timeout).",
         "",
     ]
+    if comparison.workload.duration_s > DAY_S:
+        lines += [
+            "## Day by day",
+            "",
+            days_table(comparison),
+            "",
+            "Days count from the trace's start. A request that was never served counts as "
+            "missed on the day it arrived.",
+            "",
+        ]
     for path in plots:
         lines += [f"![{path.stem}]({path.name})", ""]
     return "\n".join(lines)
