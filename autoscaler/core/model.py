@@ -11,6 +11,7 @@ or anything under autoscaler.adapters / service / sim.
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -90,6 +91,31 @@ class Signals:
     wake_requests: float | None = None
     # Why a signal is None, keyed by signal name ("waiting_requests", ...), for reports.
     missing_reasons: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # The adapters turn NaN and Inf into None; enforced here too, so a reading that slips
+        # through is a hold, not a ValueError in the middle of `plan`. A negative count or
+        # fraction is no reading either (it proposed scaling down); a negative demand is
+        # the estimate's noise (served plus a shrinking queue's growth), read as no load.
+        reasons = dict(self.missing_reasons)
+        for name in _SIGNAL_NAMES:
+            value = getattr(self, name)
+            if value is not None and not (
+                math.isfinite(value) and (value >= 0 or name == "demand")
+            ):
+                object.__setattr__(self, name, None)
+                reasons.setdefault(name, f"not a reading: {value}")
+        if len(reasons) != len(self.missing_reasons):
+            object.__setattr__(self, "missing_reasons", reasons)
+
+
+_SIGNAL_NAMES = (
+    "waiting_requests",
+    "running_requests",
+    "kv_usage_fraction",
+    "demand",
+    "wake_requests",
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -59,7 +59,8 @@ def classify(
         gang = by_index.get(index)
         if gang is not None and gang.state is GangState.READY:
             continue
-        first = seen.get(index, now)
+        # a first sighting stamped after now predates a step back of the clock: from now
+        first = min(seen.get(index, now), now)
         remembered.append((index, first))
         since = aged_from(gang.not_ready_since_s if gang is not None else None, first)
         if now - since > gang_timeout_s:

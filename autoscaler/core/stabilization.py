@@ -12,8 +12,11 @@ from __future__ import annotations
 def prune_proposals(
     history: tuple[tuple[float, int], ...], *, window_s: float, now: float
 ) -> tuple[tuple[float, int], ...]:
-    """Keep the proposals recorded within the last `window_s` seconds."""
-    return tuple((t, g) for t, g in history if now - t <= window_s)
+    """Keep the proposals recorded within the last `window_s` seconds. One stamped after
+    `now` was recorded before the clock was stepped back: it counts as recorded now, so the
+    window holds it once more and then lets it go (kept as stamped, a day's step back held
+    every gang for a day)."""
+    return tuple((min(t, now), g) for t, g in history if now - t <= window_s)
 
 
 def remember_proposal(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import pytest
@@ -164,6 +165,57 @@ def test_scale_down_waits_for_its_window_then_takes_the_windows_highest_proposal
     result, _ = decide(component, pol, memory=gone)
     assert result.desired_gangs == 1
     assert result.reason is Reason.SCALE_DOWN_KV_CACHE
+
+
+def test_a_proposal_stamped_after_a_clock_step_back_is_held_one_window_from_now():
+    """The wall clock went back a day: the day-old peak of 4 counted as a proposal of the
+    future, held every gang for a day. Now it counts from the tick that first sees it."""
+    component = obs(ready=4, waiting=0, kv=0.2)  # proposes 1 gang
+    pol = policy(scale_down_window="5m")
+    ahead = ComponentMemory(proposals=((NOW + 86_400, 4),))
+    result, memory = decide(component, pol, memory=ahead)
+    assert (result.desired_gangs, result.reason) == (4, Reason.SCALE_DOWN_STABILIZED)
+    assert memory.proposals == ((NOW, 4), (NOW, 1))
+    result, _ = decide(component, pol, memory=memory, now=NOW + 301)
+    assert result.desired_gangs == 1
+
+
+def test_a_partial_gang_first_seen_after_a_clock_step_back_ages_from_now():
+    """A first sighting stamped a day ahead kept a gang partial by its pods for an hour
+    from ever timing out; now it times out one gang-timeout after the step."""
+    component = obs(
+        ready=2,
+        spec=3,
+        waiting=8,
+        kv=0.78,
+        gangs=gangs_with((2, 2, None), (2, 2, None), (1, 0, NOW - 3600)),
+    )
+    ahead = ComponentMemory(not_ready_first_seen=((2, NOW + 86_400),))
+    result, memory = decide(component, policy(gang_timeout="10m"), memory=ahead)
+    assert result.rolled_back_groups == ()
+    assert memory.not_ready_first_seen == ((2, NOW),)
+    result, _ = decide(component, policy(gang_timeout="10m"), memory=memory, now=NOW + 601)
+    assert result.rolled_back_groups == (2,)
+
+
+@pytest.mark.parametrize(
+    "readings",
+    [
+        pytest.param({"waiting": math.nan, "kv": 0.5}, id="nan-queue-was-a-valueerror"),
+        pytest.param({"waiting": -math.inf, "kv": 0.5}, id="minus-inf-queue-was-an-overflowerror"),
+        pytest.param({"waiting": 4, "kv": -0.5}, id="negative-kv-scaled-down-to-one"),
+        pytest.param({"waiting": 16, "kv": 0.8, "demand": math.nan}, id="nan-demand-was-a-valueerror"),
+    ],
+)
+def test_a_reading_that_is_no_number_holds_instead_of_failing_the_plan(readings):
+    """The adapters turn NaN and Inf into None; one that slipped through raised in `plan`
+    (every deployment of the tick was then planned again alone), and a negative KV fraction
+    scaled a component down."""
+    component = obs(ready=4, **readings)
+    result, _ = decide(component, policy(capacity_per_replica=1000), fc=forecast(1000))
+    assert result.desired_gangs == 4
+    reasons = component.signals.missing_reasons
+    assert all(reasons[name].startswith("not a reading") for name in reasons)
 
 
 def test_missing_data_is_remembered_as_holding_the_current_count():
@@ -477,6 +529,25 @@ def test_buffer_covers_the_upper_bound_within_min_and_max():
     assert (result.balloon_gangs, result.balloon_reason) == (1, Reason.BUFFER_MIN)
     result, _ = decide(component, pol)
     assert (result.balloon_gangs, result.balloon_reason) == (1, Reason.BUFFER_NO_FORECAST)
+
+
+@pytest.mark.parametrize(
+    ("max_replicas", "min_buffer", "expected"),
+    [
+        pytest.param(4, 0, (0, Reason.MAX_REPLICAS), id="at-max-none"),
+        pytest.param(4, 2, (0, Reason.MAX_REPLICAS), id="at-max-not-even-min-buffer"),
+        pytest.param(5, 0, (1, Reason.MAX_REPLICAS), id="room-for-one"),
+        pytest.param(10, 0, (3, Reason.BUFFER_MAX), id="room-for-all"),
+    ],
+)
+def test_balloon_gangs_stop_where_max_replicas_does(max_replicas, min_buffer, expected):
+    """At max-replicas a component can never use a balloon gang: 3 were held, and Pending
+    they made the cluster add nodes for nothing."""
+    pol = policy(max_replicas=max_replicas, capacity_per_replica=1000, min_buffer=min_buffer,
+                 max_buffer=3)  # fmt: skip
+    result, _ = decide(obs(ready=4, waiting=16, kv=0.8), pol, fc=forecast(4_000, upper=12_000))
+    assert result.desired_gangs == 4
+    assert (result.balloon_gangs, result.balloon_reason) == expected
 
 
 # --- partial and starting gangs -------------------------------------------------------
