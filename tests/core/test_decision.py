@@ -204,9 +204,10 @@ def test_a_partial_gang_first_seen_after_a_clock_step_back_ages_from_now():
         pytest.param({"waiting": math.nan, "kv": 0.5}, id="nan-queue-was-a-valueerror"),
         pytest.param({"waiting": -math.inf, "kv": 0.5}, id="minus-inf-queue-was-an-overflowerror"),
         pytest.param({"waiting": 4, "kv": -0.5}, id="negative-kv-scaled-down-to-one"),
-        pytest.param({"waiting": 16, "kv": 0.8, "demand": math.nan}, id="nan-demand-was-a-valueerror"),
+        pytest.param({"waiting": 16, "kv": 0.8, "demand": math.nan},
+                     id="nan-demand-was-a-valueerror"),
     ],
-)
+)  # fmt: skip
 def test_a_reading_that_is_no_number_holds_instead_of_failing_the_plan(readings):
     """The adapters turn NaN and Inf into None; one that slipped through raised in `plan`
     (every deployment of the tick was then planned again alone), and a negative KV fraction
