@@ -175,6 +175,13 @@ class KubeAdapter:
         except PriorityClassMismatch as err:
             self.actuator.refuse_balloons(str(err))
             raise
+        except KubeAdapterError as err:
+            # Still refused, for a new reason: the class of another value was deleted but
+            # cannot be created here (the chart grants only `get` on it). Said as it is now,
+            # not as the value the class no longer has.
+            if self.actuator.balloons_refused is not None:
+                self.actuator.refuse_balloons(str(err))
+            raise
         self.actuator.refuse_balloons(None)
         log.info("%s", self.priority_class_status)
         return self.priority_class_status

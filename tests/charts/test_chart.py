@@ -589,6 +589,7 @@ def test_extra_env_gives_way_to_the_settings_the_chart_passes_as_flags(
         "NAMESPACES": "elsewhere",
         "HTTP_PORT": "9999",
         "LEASE_NAMESPACE": "elsewhere",
+        "LEASE_NAME": "elsewhere",  # the Role allows only the chart's Lease
         "LOG_FORMAT": "text",
         "LOG_LEVEL": "DEBUG",
         "STALENESS_LIMIT": "5s",  # not a flag: wins over the config file
@@ -600,6 +601,7 @@ def test_extra_env_gives_way_to_the_settings_the_chart_passes_as_flags(
     assert settings.namespaces == ("serving",)
     assert settings.http_port == 8080
     assert settings.lease_namespace == NAMESPACE
+    assert settings.lease_name == "gang-autoscaler"
     assert (settings.log_format, settings.log_level) == ("json", "INFO")
     assert settings.staleness_limit_s == 5.0
 

@@ -428,3 +428,34 @@ def test_chart_refuses_two_sources_for_one_credential(
     with pytest.raises(helm.HelmError) as refused:
         render_objects(chart, _prometheus(**auth))
     assert message in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("prometheus", "message", "setting"),
+    [
+        pytest.param(
+            {"url": "https://user:s3cret@prom.example:9090"},
+            "prometheus.url has credentials in it (user:password@)",
+            {"prometheus_url": "https://user:s3cret@prom.example:9090"},
+            id="credentials-in-the-url",
+        ),
+        pytest.param(
+            {"headers": {"X-Scope-OrgID": " tenant"}},
+            "prometheus.headers: leading whitespace in the value of X-Scope-OrgID",
+            {"prometheus_url": "http://p:9090", "prometheus_headers": {"X-Scope-OrgID": " t"}},
+            id="header-value-with-leading-whitespace",
+        ),
+    ],
+)
+def test_chart_refuses_what_the_service_would_refuse_at_start(
+    chart: helm.Chart, prometheus: dict[str, Any], message: str, setting: dict[str, Any]
+) -> None:
+    """Both rendered, and the pods crash-looped on the service's refusal; the URL's password
+    sat in the Deployment's args in plain text."""
+    with pytest.raises(ValueError):  # the service's own rule, so the case stays honest
+        RunSettings(**setting)
+    with pytest.raises(helm.HelmError) as refused:
+        render_objects(chart, _prometheus(**prometheus))
+    assert message in str(refused.value)
+    assert "s3cret" not in str(refused.value)
+    render_objects(chart, _prometheus(url="https://prom.example:9090/path@x"))  # @ after host

@@ -168,6 +168,15 @@ One source per credential, and one Authorization header: the service refuses two
 {{- if regexMatch "[\r\n]" (toString $value) }}
 {{- fail (printf "prometheus.headers: line break in the value of %s" $name) }}
 {{- end }}
+{{- /* the service refuses it at start (requests would refuse it on every query) */}}
+{{- if regexMatch "^\\s" (toString $value) }}
+{{- fail (printf "prometheus.headers: leading whitespace in the value of %s" $name) }}
+{{- end }}
+{{- end }}
+{{- /* user:password@ in the URL: stored in the Deployment's args in plain text, and the
+service refuses it at start. The message does not echo the URL. */}}
+{{- if regexMatch "^[a-zA-Z][a-zA-Z0-9+.-]*://[^/?#]*@" $prometheus.url }}
+{{- fail "prometheus.url has credentials in it (user:password@): they would be stored in the Deployment in plain text, and the service refuses such a URL; use prometheus.basicAuth with a Secret" }}
 {{- end }}
 {{- $caBundle := $prometheus.caBundle }}
 {{- if and $caBundle.configMap $caBundle.secret }}
