@@ -386,6 +386,32 @@ def test_a_growing_queue_does_not_collapse_the_learned_capacity():
     assert memory.learned_capacity_per_gang == pytest.approx(6000 / 2 / 1.25)
 
 
+def test_a_stalled_gang_does_not_collapse_the_learned_capacity():
+    """Five minutes of full queues served at a trickle (a hung NCCL ring) were learned:
+    2,800 tokens/s per gang fell to 33, and the floor then held 5x the gangs for good. A
+    fall to a third is still followed."""
+    memory = ComponentMemory()
+    pol = policy(max_replicas=100, max_scale_up=100)
+    healthy = obs(ready=2, waiting=8, kv=0.85, demand=6000)
+    for tick in range(30):
+        _, memory = decide(healthy, pol, memory=memory, now=NOW + 15 * tick)
+    learned = memory.learned_capacity_per_gang
+    assert learned == pytest.approx(6000 / 2 / 1.0625, rel=1e-3)
+    stalled = obs(ready=2, waiting=40, kv=0.99, demand=1.0)
+    for tick in range(30, 50):
+        _, memory = decide(stalled, pol, memory=memory, now=NOW + 15 * tick)
+    assert memory.learned_capacity_per_gang == pytest.approx(learned)
+    result, _ = decide(obs(ready=2, waiting=8, kv=0.85, demand=6000), pol, fc=forecast(6000),
+                       memory=memory, now=NOW + 15 * 50)  # fmt: skip
+    # 6000 over ~2,800 a gang (times the burst factor the stall's readings leave), not
+    # 6000 / 33
+    assert result.desired_gangs <= 4
+    slower = obs(ready=2, waiting=8, kv=0.85, demand=2000)  # a third: followed
+    for tick in range(51, 120):
+        _, memory = decide(slower, pol, memory=memory, now=NOW + 15 * tick)
+    assert memory.learned_capacity_per_gang == pytest.approx(2000 / 2 / 1.0625, rel=0.01)
+
+
 SATURATED = obs(ready=2, waiting=12, kv=0.5, demand=2500)  # 1000 per gang at target
 BELOW = obs(ready=2, waiting=4, kv=0.6, demand=2500)  # the same demand, under the target
 # three ready gangs, also 1000 each at target: a window that began with two is no sample
