@@ -13,6 +13,8 @@ PYTHON ?= $(BASE_PYTHON)
 VENV :=
 endif
 export OPENBLAS_NUM_THREADS ?= 1
+# apt-get needs root: as another user it runs through sudo.
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
 .PHONY: test install install-system install-python install-runtime lint simulate
 
@@ -23,7 +25,7 @@ install: install-system install-python
 
 install-system:
 	@if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null; then \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; \
+	  $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; \
 	fi
 
 install-python: $(VENV)
@@ -35,7 +37,7 @@ install-runtime: $(VENV)
 # Debian ships venv's pip bootstrap separately (python3-venv).
 .venv/bin/python:
 	@$(BASE_PYTHON) -m venv .venv 2>/dev/null || { rm -rf .venv; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-venv && \
+	  $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-venv && \
 	  $(BASE_PYTHON) -m venv .venv; }
 
 lint:
