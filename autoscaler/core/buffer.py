@@ -30,42 +30,26 @@ def balloon_gangs(
     Never more than the gangs `max-replicas` still allows: a balloon gang is capacity for
     the component to grow into, and one it may never use would only hold GPUs (and, Pending,
     make the cluster add nodes for it)."""
-    gangs, reason, detail = _buffer(
-        policy=policy,
-        forecast=forecast,
-        capacity=capacity,
-        desired_gangs=desired_gangs,
-        current_balloons=current_balloons,
-    )
+    if not policy.forecast:
+        gangs, reason, detail = policy.min_buffer, Reason.BUFFER_NO_FORECAST, "forecast off"
+    elif forecast is None or capacity is None:
+        why = "no forecast yet" if forecast is None else "capacity per gang unknown"
+        gangs = min(max(current_balloons, policy.min_buffer), policy.max_buffer)
+        reason, detail = Reason.BUFFER_NO_FORECAST, f"{why}; holding {gangs} balloon gangs"
+    else:
+        upper_gangs = gangs_for_demand(forecast.upper, capacity)
+        wanted = upper_gangs - desired_gangs
+        detail = (
+            f"upper bound {forecast.upper:g} needs {upper_gangs} gangs, {desired_gangs} desired"
+        )
+        if wanted < policy.min_buffer:
+            gangs, reason = policy.min_buffer, Reason.BUFFER_MIN
+        elif wanted > policy.max_buffer:
+            gangs, reason = policy.max_buffer, Reason.BUFFER_MAX
+        else:
+            gangs, reason = wanted, Reason.BUFFER_FORECAST
     room = max(policy.max_replicas - desired_gangs, 0)
     if gangs > room:
-        return (
-            room,
-            Reason.MAX_REPLICAS,
-            f"{detail}; max-replicas {policy.max_replicas} leaves room for {room}",
-        )
+        detail = f"{detail}; max-replicas {policy.max_replicas} leaves room for {room}"
+        return room, Reason.MAX_REPLICAS, detail
     return gangs, reason, detail
-
-
-def _buffer(
-    *,
-    policy: Policy,
-    forecast: Forecast | None,
-    capacity: float | None,
-    desired_gangs: int,
-    current_balloons: int,
-) -> tuple[int, Reason, str]:
-    if not policy.forecast:
-        return policy.min_buffer, Reason.BUFFER_NO_FORECAST, "forecast off"
-    if forecast is None or capacity is None:
-        why = "no forecast yet" if forecast is None else "capacity per gang unknown"
-        held = min(max(current_balloons, policy.min_buffer), policy.max_buffer)
-        return held, Reason.BUFFER_NO_FORECAST, f"{why}; holding {held} balloon gangs"
-    upper_gangs = gangs_for_demand(forecast.upper, capacity)
-    wanted = upper_gangs - desired_gangs
-    detail = f"upper bound {forecast.upper:g} needs {upper_gangs} gangs, {desired_gangs} desired"
-    if wanted < policy.min_buffer:
-        return policy.min_buffer, Reason.BUFFER_MIN, detail
-    if wanted > policy.max_buffer:
-        return policy.max_buffer, Reason.BUFFER_MAX, detail
-    return wanted, Reason.BUFFER_FORECAST, detail

@@ -1516,9 +1516,9 @@ def test_an_error_answer_reads_as_its_status_message(body: bytes, expected: str)
     assert status_message(body) == expected
 
 
-async def test_no_balloon_gang_is_made_while_the_priority_class_has_another_value(kube, api):
-    """A `gang-autoscaler-balloon` class of value 1000 (made by hand) was reported and then
-    used anyway: balloons that real gangs cannot preempt, holding GPUs they need."""
+@contextlib.asynccontextmanager
+async def refused_for_a_class_of_value_1000(kube, api) -> AsyncIterator[KubeAdapter]:
+    """An adapter, started and settled, that found the balloon PriorityClass at 1000."""
     kube.add_priority_class("gang-autoscaler-balloon", 1000)
     add_gpu_nodes(kube, 8)
     add_pd(kube)
@@ -1528,6 +1528,15 @@ async def test_no_balloon_gang_is_made_while_the_priority_class_has_another_valu
         with pytest.raises(KubeAdapterError, match="has value 1000"):
             await adapter.ensure_priority_class()
         await settle(adapter, kube)
+        yield adapter
+    finally:
+        await adapter.close()
+
+
+async def test_no_balloon_gang_is_made_while_the_priority_class_has_another_value(kube, api):
+    """A `gang-autoscaler-balloon` class of value 1000 (made by hand) was reported and then
+    used anyway: balloons that real gangs cannot preempt, holding GPUs they need."""
+    async with refused_for_a_class_of_value_1000(kube, api) as adapter:
         plan = GangPlan({PREFILL: component_plan(PREFILL, current=1, desired=1, balloons=1)})
         report = await adapter.apply(plan, adapter.snapshot(now_s=time.time()), dry_run=False)
         assert balloon_pods(kube, "llama-prefill") == []
@@ -1540,22 +1549,12 @@ async def test_no_balloon_gang_is_made_while_the_priority_class_has_another_valu
         await adapter.apply(plan, adapter.snapshot(now_s=time.time()), dry_run=False)
         assert len(balloon_pods(kube, "llama-prefill")) == 2
         assert kube.object("priorityclasses", None, "gang-autoscaler-balloon")["value"] == -5
-    finally:
-        await adapter.close()
 
 
 async def test_a_priority_class_deleted_but_not_creatable_is_said_as_it_is(kube, api):
     """The chart grants only `get` on the class. Deleted by hand after a wrong value, it
     could not be created, and the Warning kept saying it had value 1000."""
-    kube.add_priority_class("gang-autoscaler-balloon", 1000)
-    add_gpu_nodes(kube, 8)
-    add_pd(kube)
-    adapter = KubeAdapter(api, watch_timeout_s=30, event_instance="test-0")
-    await adapter.start(sync_timeout_s=5)
-    try:
-        with pytest.raises(KubeAdapterError, match="has value 1000"):
-            await adapter.ensure_priority_class()
-        await settle(adapter, kube)
+    async with refused_for_a_class_of_value_1000(kube, api) as adapter:
         kube.remove("priorityclasses", None, "gang-autoscaler-balloon")
         kube.inject_fault(code=403, method="POST", path_contains="priorityclasses", times=10)
         adapter._class_checked_mono -= 3600  # the recheck interval has passed
@@ -1566,5 +1565,3 @@ async def test_a_priority_class_deleted_but_not_creatable_is_said_as_it_is(kube,
         assert "has value 1000" not in event["message"]
         assert "creating PriorityClass gang-autoscaler-balloon" in event["message"]
         assert "grant create on priorityclasses" in event["message"]
-    finally:
-        await adapter.close()

@@ -9,7 +9,13 @@ import pytest
 
 from autoscaler.core.decision import hold_every_component, plan
 from autoscaler.core.gang_plan import ComponentMemory, Memory, Reason, SaturatedStretch
-from autoscaler.core.model import ComponentKey, GangStatus, NodeCapacity, Signals
+from autoscaler.core.model import (
+    ComponentKey,
+    ComponentObservation,
+    GangStatus,
+    NodeCapacity,
+    Signals,
+)
 from autoscaler.core.policy import Policy
 from autoscaler.core.shape import GangShape, PodShape
 from tests.core.builders import (
@@ -183,13 +189,7 @@ def test_a_proposal_stamped_after_a_clock_step_back_is_held_one_window_from_now(
 def test_a_partial_gang_first_seen_after_a_clock_step_back_ages_from_now():
     """A first sighting stamped a day ahead kept a gang partial by its pods for an hour
     from ever timing out; now it times out one gang-timeout after the step."""
-    component = obs(
-        ready=2,
-        spec=3,
-        waiting=8,
-        kv=0.78,
-        gangs=gangs_with((2, 2, None), (2, 2, None), (1, 0, NOW - 3600)),
-    )
+    component = third_gang_partial(since=NOW - 3600)
     ahead = ComponentMemory(not_ready_first_seen=((2, NOW + 86_400),))
     result, memory = decide(component, policy(gang_timeout="10m"), memory=ahead)
     assert result.rolled_back_groups == ()
@@ -585,14 +585,20 @@ def gangs_with(*states: tuple[int, int, float | None]) -> tuple[GangStatus, ...]
     return tuple(GangStatus(i, 2, s, r, since) for i, (s, r, since) in enumerate(states))
 
 
-def test_partial_gang_past_its_timeout_is_scaled_away_with_its_reason():
-    component = obs(
+def third_gang_partial(*, since: float | None) -> ComponentObservation:
+    """Two ready gangs and a third with one of its two pods placed since `since` (by its
+    pods' own timestamps), at target."""
+    return obs(
         ready=2,
         spec=3,
         waiting=8,
         kv=0.78,
-        gangs=gangs_with((2, 2, None), (2, 2, None), (1, 0, NOW - 700)),
+        gangs=gangs_with((2, 2, None), (2, 2, None), (1, 0, since)),
     )
+
+
+def test_partial_gang_past_its_timeout_is_scaled_away_with_its_reason():
+    component = third_gang_partial(since=NOW - 700)
     seen = ComponentMemory(not_ready_first_seen=((2, NOW - 690),))
     result, _ = decide(component, policy(gang_timeout="10m"), memory=seen)
     assert result.desired_gangs == 2
@@ -601,13 +607,7 @@ def test_partial_gang_past_its_timeout_is_scaled_away_with_its_reason():
 
 
 def test_partial_gang_within_its_timeout_stays():
-    component = obs(
-        ready=2,
-        spec=3,
-        waiting=8,
-        kv=0.78,
-        gangs=gangs_with((2, 2, None), (2, 2, None), (1, 0, NOW - 100)),
-    )
+    component = third_gang_partial(since=NOW - 100)
     result, _ = decide(component, policy(gang_timeout="10m"))
     assert result.desired_gangs == 3
     assert result.rolled_back_groups == ()
@@ -660,13 +660,7 @@ def test_a_group_whose_pods_are_never_created_times_out_from_when_it_was_first_s
 def test_a_gang_is_aged_from_the_later_of_its_pods_start_and_its_first_sighting(
     pods_since, first_seen, timed_out
 ):
-    component = obs(
-        ready=2,
-        spec=3,
-        waiting=8,
-        kv=0.78,
-        gangs=gangs_with((2, 2, None), (2, 2, None), (1, 0, pods_since)),
-    )
+    component = third_gang_partial(since=pods_since)
     seen = ComponentMemory(not_ready_first_seen=((2, first_seen),))
     result, after = decide(component, policy(gang_timeout="10m"), memory=seen)
     assert result.rolled_back_groups == ((2,) if timed_out else ())
@@ -674,13 +668,7 @@ def test_a_gang_is_aged_from_the_later_of_its_pods_start_and_its_first_sighting(
 
 
 def test_a_gang_first_seen_not_ready_is_remembered_from_now():
-    component = obs(
-        ready=2,
-        spec=3,
-        waiting=8,
-        kv=0.78,
-        gangs=gangs_with((2, 2, None), (2, 2, None), (1, 0, NOW - 3600)),
-    )
+    component = third_gang_partial(since=NOW - 3600)
     result, after = decide(component, policy(gang_timeout="10m"))
     assert result.rolled_back_groups == ()
     assert after.not_ready_first_seen == ((2, NOW),)
