@@ -20,8 +20,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 import requests
+import urllib3
 from prometheus_api_client import PrometheusConnect
 from prometheus_api_client.exceptions import PrometheusApiClientException
+from requests.adapters import HTTPAdapter
 from urllib3.exceptions import ReadTimeoutError
 from urllib3.util.retry import Retry
 
@@ -101,6 +103,61 @@ def _classify(err: Exception) -> tuple[str, int | None]:
     return "bad_response", None
 
 
+# Bytes read at most per call while an answer's body comes in (whatever has arrived is
+# taken at once, so a slow stream is checked against its deadline at every piece).
+_BODY_CHUNK = 65_536
+
+
+class AnswerDeadline(HTTPAdapter):
+    """A transport whose timeout bounds the whole answer, not each read of it.
+
+    requests applies its timeout to the connection and to every read of the socket, so a
+    server that keeps sending a byte now and then (a proxy or query frontend streaming under
+    load) holds the calling thread for as long as it goes on: the tick gives up on the
+    query, the thread does not, and they pile up tick after tick. Here the body is read as
+    it arrives and dropped, as a `ReadTimeout`, once the request's timeout has passed since
+    it was sent."""
+
+    def send(  # type: ignore[override]
+        self,
+        request: requests.PreparedRequest,
+        stream: bool = False,
+        timeout: float | tuple[float | None, float | None] | None = None,
+        **kwargs: Any,
+    ) -> requests.Response:
+        budget_s = timeout[1] if isinstance(timeout, tuple) else timeout
+        sent = time.monotonic()
+        response = super().send(request, stream=True, timeout=timeout, **kwargs)
+        if stream or budget_s is None:
+            if not stream:
+                _ = response.content  # read now, as requests does without `stream`
+            return response
+        body = bytearray()
+        try:
+            while chunk := response.raw.read1(_BODY_CHUNK, decode_content=True):
+                body += chunk
+                if time.monotonic() - sent > budget_s:
+                    raise requests.exceptions.ReadTimeout(
+                        f"the whole answer took longer than {budget_s:g}s ({len(body)} "
+                        "bytes so far)",
+                        request=request,
+                        response=response,
+                    )
+        except urllib3.exceptions.ReadTimeoutError as err:
+            response.close()
+            raise requests.exceptions.ReadTimeout(err, request=request) from err
+        except urllib3.exceptions.HTTPError as err:  # a broken or undecodable stream
+            response.close()
+            raise requests.exceptions.ConnectionError(err, request=request) from err
+        except BaseException:
+            response.close()
+            raise
+        response._content = bytes(body)
+        response._content_consumed = True
+        response.close()  # the body is read: the connection goes back to the pool
+        return response
+
+
 class PrometheusHttp:
     """A `PrometheusConnect` with retries off, a per-call deadline and one retry of our own."""
 
@@ -126,14 +183,18 @@ class PrometheusHttp:
         # 5xx come back as a response so its status is reported.
         no_retry = Retry(total=0, raise_on_status=False, raise_on_redirect=False)
         credentials = credentials if credentials is not None else PrometheusCredentials()
+        session = session_for(credentials)
         self._client = PrometheusConnect(
             url=url.rstrip("/"),
             headers=dict(credentials.headers) or None,
             retry=no_retry,
             timeout=timeout_s,
             auth=file_auth(credentials),  # typed as a tuple, but any requests auth works
-            session=session_for(credentials),
+            session=session,
         )
+        # PrometheusConnect mounted a plain HTTPAdapter (with `no_retry`) for the URL; the
+        # same, bounding whole answers, replaces it.
+        session.mount(url.rstrip("/"), AnswerDeadline(max_retries=no_retry))
         log.info("prometheus %s: %s", url, credentials.describe())
 
     def close(self) -> None:

@@ -13,7 +13,7 @@ import time
 import pytest
 from aiohttp import web
 
-from autoscaler.adapters.prometheus_http import PrometheusUnavailable
+from autoscaler.adapters.prometheus_http import PrometheusHttp, PrometheusUnavailable
 from autoscaler.adapters.prometheus_queries import PrometheusQueries
 from autoscaler.adapters.prometheus_source import ComponentTarget, PrometheusSource
 from autoscaler.core.model import Component, ComponentKey, Signals
@@ -161,3 +161,31 @@ async def test_one_failing_query_leaves_the_others() -> None:
     assert signals.kv_usage_fraction is None
     assert signals.missing_reasons.keys() == {"kv_usage_fraction"}
     assert (signals.waiting_requests, signals.running_requests, signals.demand) == (3.0,) * 3
+
+
+async def test_an_answer_trickled_byte_by_byte_is_cut_off_at_the_deadline() -> None:
+    """requests' timeout bounds each read, not the answer: a server sending a byte every
+    50 ms (a proxy or query frontend streaming under load) held the query's thread for
+    the whole answer, ten seconds here, long after its tick had given up on it; threads
+    piled up tick after tick."""
+    body = b'{"status": "success", "data": {"resultType": "vector", "result": []}}' + b" " * 130
+
+    async def trickle(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        response.content_length = len(body)
+        await response.prepare(request)
+        for byte in body:
+            await response.write(bytes([byte]))
+            await asyncio.sleep(0.05)
+        return response
+
+    async with serve(trickle) as (url, _seen):
+        http = PrometheusHttp(url=url, timeout_s=1.0, retries=0)
+        started = time.monotonic()
+        with pytest.raises(PrometheusUnavailable) as caught:
+            await asyncio.to_thread(http.instant, "waiting", "up", deadline=time.monotonic() + 1.0)
+        took_s = time.monotonic() - started
+        assert caught.value.kind == "timeout"
+        assert took_s < 1.6, took_s
+        assert "the whole answer" in caught.value.detail
+        http.close()
