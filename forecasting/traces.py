@@ -195,6 +195,8 @@ def azure_arrival_seconds(stamps: pd.Series, path: Path) -> np.ndarray:
 
     Numbers are refused: pandas reads them as nanoseconds since 1970, so epoch seconds
     squeezed an hour of requests into 4 ms, with no error."""
+    if stamps.isna().all():  # pandas reads a column of empty cells as float NaN
+        raise TraceFormatError(f"{path}: TIMESTAMP has no values")
     if pd.api.types.is_numeric_dtype(stamps) or pd.api.types.is_bool_dtype(stamps):
         first = stamps.iloc[0].item() if len(stamps) else ""
         raise TraceFormatError(

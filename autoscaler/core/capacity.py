@@ -3,8 +3,8 @@
 Capacity per gang comes from the policy, or is learned: while a component runs at 90 % of
 its target or above, the demand it sees per ready gang, scaled back to the target, is a
 sample of what one gang serves at target. Samples are blended exponentially so one odd tick
-does not swing the forecast floor, and one under a quarter of the learned value is a stalled
-gang, not learned at all.
+does not swing the forecast floor, and one under a quarter of the learned value is taken for
+a stalled gang, not learned, for the first half hour at target.
 
 The demand signal is a rate over a window (`rate(...[1m])` in the default queries), so a
 sample is taken only once the component has stayed there for that whole window. A burst of
@@ -31,13 +31,15 @@ MIN_RATIO_TO_LEARN = 0.9
 # Smallest capacity per gang worth learning, in the demand unit (tokens/s): below it a
 # sample is a rounding artefact, not a gang.
 MIN_CAPACITY = 1e-6
-# A saturated sample under this share of the learned value is a gang that stalled (a hung
-# NCCL ring, a full queue served at a trickle), not a capacity: a gang template that serves
-# less comes with a new template, which starts learning again. Learned from, five minutes of
-# a stall took 2,800 tokens/s per gang to 33, and the floor then ordered five times the
-# gangs for good: learning needs saturation, which that floor prevents. A real fall to a
-# third or more is still followed, at the blending rate.
+# A saturated sample under this share of the learned value is taken for a gang that stalled
+# (a hung NCCL ring, a full queue served at a trickle), not a capacity, until the stretch at
+# target has lasted `STALL_GRACE_S`. Learned from at once, five minutes of a stall took 2,800
+# tokens/s per gang to 33, and the floor then ordered five times the gangs for good: learning
+# needs saturation, which that floor prevents. A fall to a third or more is followed at the
+# blending rate; a deeper one that lasts (traffic moving to far longer contexts) after the
+# grace, so the value cannot be stuck high either.
 MIN_SAMPLE_SHARE = 0.25
+STALL_GRACE_S = 1800.0
 # The window of the default demand queries' rate(); the service passes its own setting.
 DEFAULT_DEMAND_WINDOW_S = 60.0
 # Readings further apart than this many demand windows leave time unseen between them: the
@@ -102,8 +104,8 @@ def learn_capacity(
         return previous  # a denormal or absurd reading would divide by ~0 next tick
     if previous is None:
         return sample
-    if sample < MIN_SAMPLE_SHARE * previous:
-        return previous  # a stall, not a capacity
+    if sample < MIN_SAMPLE_SHARE * previous and stretch.last - stretch.since < STALL_GRACE_S:
+        return previous  # a stall, not a capacity (yet)
     return (1 - LEARNING_WEIGHT) * previous + LEARNING_WEIGHT * sample
 
 

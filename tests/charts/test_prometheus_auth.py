@@ -443,7 +443,31 @@ def test_chart_refuses_two_sources_for_one_credential(
             {"headers": {"X-Scope-OrgID": " tenant"}},
             "prometheus.headers: leading whitespace in the value of X-Scope-OrgID",
             {"prometheus_url": "http://p:9090", "prometheus_headers": {"X-Scope-OrgID": " t"}},
-            id="header-value-with-leading-whitespace",
+            id="header-value-with-leading-space",
+        ),
+        pytest.param(
+            {"headers": {"X-Scope-OrgID": "\xa0tenant"}},
+            "prometheus.headers: leading whitespace in the value of X-Scope-OrgID",
+            {"prometheus_url": "http://p:9090", "prometheus_headers": {"X-Scope-OrgID": "\xa0t"}},
+            id="header-value-with-leading-no-break-space",
+        ),
+        pytest.param(
+            {"headers": {"X-Scope-OrgID": "\x0btenant"}},
+            "prometheus.headers: leading whitespace in the value of X-Scope-OrgID",
+            {"prometheus_url": "http://p:9090", "prometheus_headers": {"X-Scope-OrgID": "\x0bt"}},
+            id="header-value-with-leading-vertical-tab",
+        ),
+        pytest.param(
+            {"headers": {"X-Scope-OrgID": "\u2003tenant"}},
+            "prometheus.headers: leading whitespace in the value of X-Scope-OrgID",
+            {"prometheus_url": "http://p:9090", "prometheus_headers": {"X-Scope-OrgID": "\u2003t"}},
+            id="header-value-with-leading-em-space",
+        ),
+        pytest.param(
+            {"headers": {"X-Scope-OrgID": "\x1ctenant"}},
+            "prometheus.headers: leading whitespace in the value of X-Scope-OrgID",
+            {"prometheus_url": "http://p:9090", "prometheus_headers": {"X-Scope-OrgID": "\x1ct"}},
+            id="header-value-with-leading-file-separator",
         ),
     ],
 )

@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import pytest
 
+from autoscaler.core.capacity import STALL_GRACE_S
 from autoscaler.core.decision import hold_every_component, plan
 from autoscaler.core.gang_plan import ComponentMemory, Memory, Reason, SaturatedStretch
 from autoscaler.core.model import (
@@ -410,6 +411,23 @@ def test_a_stalled_gang_does_not_collapse_the_learned_capacity():
     for tick in range(51, 120):
         _, memory = decide(slower, pol, memory=memory, now=NOW + 15 * tick)
     assert memory.learned_capacity_per_gang == pytest.approx(2000 / 2 / 1.0625, rel=0.01)
+
+
+def test_a_deep_fall_that_lasts_past_the_stall_grace_is_followed():
+    """A fifth of the learned value, at target for more than half an hour (traffic moved to
+    far longer contexts), is a capacity, not a stall: kept at the old value, the floor would
+    have stayed five times too low for good."""
+    pol = policy(max_replicas=100, max_scale_up=100)
+    memory = saturate(obs(ready=2, waiting=8, kv=0.85, demand=6000), pol)
+    learned = memory.learned_capacity_per_gang
+    deep = obs(ready=2, waiting=8, kv=0.85, demand=1200)
+    within = int(STALL_GRACE_S // 15) - 10  # the stretch at target began a minute earlier
+    for tick in range(1, within):
+        _, memory = decide(deep, pol, memory=memory, now=NOW + 15 * tick)
+    assert memory.learned_capacity_per_gang == pytest.approx(learned)  # still in the grace
+    for tick in range(within, within + 80):
+        _, memory = decide(deep, pol, memory=memory, now=NOW + 15 * tick)
+    assert memory.learned_capacity_per_gang == pytest.approx(1200 / 2 / 1.0625, rel=0.01)
 
 
 SATURATED = obs(ready=2, waiting=12, kv=0.5, demand=2500)  # 1000 per gang at target

@@ -391,6 +391,13 @@ def test_an_azure_trace_with_epoch_seconds_is_refused_not_read_as_nanoseconds(
         read_trace(path)
 
 
+def test_an_azure_trace_without_times_says_so(tmp_path: Path) -> None:
+    path = tmp_path / "azure.csv"
+    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n,10,5\n,10,5\n")
+    with pytest.raises(TraceFormatError, match="TIMESTAMP has no values"):
+        read_trace(path)
+
+
 @pytest.mark.parametrize("count", ["-3", "inf", "nan"])
 def test_a_count_that_is_no_count_is_refused_with_its_row(tmp_path: Path, count: str) -> None:
     path = tmp_path / "per_second.csv"

@@ -168,8 +168,9 @@ One source per credential, and one Authorization header: the service refuses two
 {{- if regexMatch "[\r\n]" (toString $value) }}
 {{- fail (printf "prometheus.headers: line break in the value of %s" $name) }}
 {{- end }}
-{{- /* the service refuses it at start (requests would refuse it on every query) */}}
-{{- if regexMatch "^\\s" (toString $value) }}
+{{- /* the service refuses it at start (requests would refuse it on every query); the
+class is Python's isspace(): RE2's \s alone misses no-break and other Unicode spaces */}}
+{{- if regexMatch "^[\\s\\v\\x{1c}-\\x{1f}\\x{85}\\p{Z}]" (toString $value) }}
 {{- fail (printf "prometheus.headers: leading whitespace in the value of %s" $name) }}
 {{- end }}
 {{- end }}
