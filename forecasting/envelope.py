@@ -76,6 +76,11 @@ class SeasonalEnvelope(DailyStateSpace):
         values = self._history.array()
         last, season = values.size - 1, self.season_windows
         slack, level = self.slack_windows, self.level_windows
+        recent = values[max(last - level + 1, 0) :]
+        # Each day's level is read where today's is: a gap in today's last hour compared the
+        # hour's other part with those days' whole hour, a ramp's end with all of it (35
+        # minutes missing before a step raised the point by half, every day alike).
+        seen = np.isfinite(recent)
         peaks, levels = [], []
         for day in range(1, self.days + 1):
             target = last + steps - day * season
@@ -86,12 +91,11 @@ class SeasonalEnvelope(DailyStateSpace):
                 if np.isfinite(window).any():
                     peaks.append(float(np.nanmax(window)))
             then = last - day * season
-            if then - level + 1 >= 0:
-                stretch = values[then - level + 1 : then + 1]
+            if then - level + 1 >= 0:  # then `recent` is a whole hour too
+                stretch = values[then - level + 1 : then + 1][seen]
                 if np.isfinite(stretch).any():
                     levels.append(float(np.nanmean(stretch)))
-        recent = values[max(last - level + 1, 0) :]
-        if not peaks or not levels or not np.isfinite(recent).any():
+        if not peaks or not levels or not seen.any():
             return None
         now_level, then_level = float(np.nanmean(recent)), float(np.mean(levels))
         if then_level <= 0:

@@ -75,7 +75,9 @@ class DailyStateSpace(GridForecaster):
             # Non-convergence is checked below and reported as the fallback reason.
             warnings.simplefilter("ignore")
             try:
-                fitted = model.fit(disp=False, maxiter=self.max_iterations)
+                # no parameter covariance: nothing reads it, and every `extend` added ~110
+                # bytes of text about it to the results (unbounded between refits)
+                fitted = model.fit(disp=False, maxiter=self.max_iterations, cov_type="none")
             except (ValueError, np.linalg.LinAlgError) as err:
                 raise FitFailed(f"state-space fit raised {type(err).__name__}: {err}") from err
         retvals = fitted.mle_retvals

@@ -242,6 +242,22 @@ def test_seasonal_envelope_edges() -> None:
     assert _envelope_of(stepped[: DAY_WINDOWS + 5]) is None
 
 
+@pytest.mark.parametrize(
+    "gap", [slice(-6, -3), slice(-3, None)], ids=["before-the-step", "the-last-windows"]
+)
+def test_a_gap_in_the_last_hour_does_not_skew_the_level_ratio(gap: slice) -> None:
+    """Four identical days that step from 100 to 300 half an hour before the forecast. With
+    part of today's hour missing, its other part was compared with those days' whole hour:
+    the step's half against 200, so the envelope came out 1.5x (or, the step's windows
+    missing, half) what the identical days say."""
+    day = np.full(DAY_WINDOWS, 100.0)
+    day[100:] = 300.0
+    values = np.tile(day, 4)[: 3 * DAY_WINDOWS + 103]  # today: 3 windows into the step
+    assert _envelope_of(values.copy(), steps=2) == pytest.approx(300.0)
+    values[gap] = np.nan
+    assert _envelope_of(values, steps=2) == pytest.approx(300.0)
+
+
 def test_seasonal_envelope_survives_the_trip_to_a_worker_process() -> None:
     forecaster = make_forecaster("seasonal_envelope", step_s=STEP_S)
     forecaster.fit(_daily_steps(150.0))
@@ -250,3 +266,23 @@ def test_seasonal_envelope_survives_the_trip_to_a_worker_process() -> None:
     assert copy.forecast(4 * STEP_S) == before
     copy.update([(3 * DAY_WINDOWS + 52) * STEP_S], [150.0])  # the cached array is rebuilt
     assert copy.envelope(3) == pytest.approx(450.0)  # type: ignore[attr-defined]
+
+
+def test_a_state_space_model_updated_between_refits_grows_only_by_its_windows() -> None:
+    """Every `extend` of results fitted with a parameter covariance added ~110 bytes of text
+    about it: a model kept while its refits failed (a component at zero for days) grew
+    without bound, 119 KB per thousand windows. What is left is the history's 8 bytes a
+    window, bounded by `max_history_s`."""
+    rng = np.random.default_rng(0)
+    t = np.arange(3 * DAY_WINDOWS + 1100)
+    y = 100 + 20 * np.sin(2 * np.pi * t / DAY_WINDOWS) + rng.normal(0, 3, t.size)
+    forecaster = make_forecaster("state_space", step_s=STEP_S)
+    forecaster.fit(Series((t[: 3 * DAY_WINDOWS] + 1) * STEP_S, y[: 3 * DAY_WINDOWS]))
+    sizes = []
+    for i in range(3 * DAY_WINDOWS, t.size):
+        forecaster.update(np.array([(i + 1) * STEP_S]), y[i : i + 1])
+        if i - 3 * DAY_WINDOWS in (99, 1099):
+            sizes.append(len(pickle.dumps(forecaster)))
+    assert sizes[1] - sizes[0] < 12 * 1000, sizes
+    result = forecaster.forecast(STEP_S)
+    assert result is not None and result.fallback_reason is None
