@@ -125,15 +125,19 @@ class DemandForecasts:
             or (key in self._identity and self._identity[key] != identities[key])
         ]
         for key in forgotten:
-            self._last_demand_s.pop(key, None)
-            self._withheld.pop(key, None)
-            self._known.discard(key)
             self._identity.pop(key, None)
-            self._pending.pop(key, None)
-            self._backfill_errors.pop(key, None)
-            self._fitter.forget(key)
+            self._forget(key)
         self._identity.update(identities)
         return forgotten
+
+    def _forget(self, key: ComponentKey) -> None:
+        """Drop a component's history and model; `start_backfill` reads it afresh."""
+        self._last_demand_s.pop(key, None)
+        self._withheld.pop(key, None)
+        self._known.discard(key)
+        self._pending.pop(key, None)
+        self._backfill_errors.pop(key, None)
+        self._fitter.forget(key)
 
     # -- back-fill ------------------------------------------------------------------------
 
@@ -241,23 +245,43 @@ class DemandForecasts:
     # -- per tick -------------------------------------------------------------------------
 
     def record(self, key: ComponentKey, *, now_s: float, demand: float | None) -> None:
-        """This tick's demand (None: missing, recorded as NaN so the window stays missing)."""
+        """This tick's demand (None: missing, recorded as NaN so the window stays missing).
+
+        A wall clock stepped back by more than a window (after a step forward: an NTP
+        correction) leaves the model's windows ahead of every new reading. Dropping each
+        reading lost all live demand until the clock caught up, hours perhaps, while the
+        model forecast for the wrong time of day and nothing said so. The component's
+        history is dropped instead, and back-filled afresh at the next tick."""
         value = math.nan if demand is None else float(demand)
-        if math.isfinite(value):
-            self._last_demand_s[key] = now_s
         pending = self._pending.get(key)
         if pending is not None:
             pending.append((now_s, value))
+            if math.isfinite(value):
+                self._last_demand_s[key] = now_s
+            return
+        last_end_s = self._fitter.last_window_end_s(key)
+        if last_end_s is not None and now_s < last_end_s - self.step_s:
+            log.warning(
+                "the clock went back %.0fs behind %s's demand history: dropping it to "
+                "back-fill it again",
+                last_end_s - now_s,
+                key,
+            )
+            self._forget(key)
             return
         self._known.add(key)
-        self._observe(key, [now_s], [value])
+        if self._observe(key, [now_s], [value]) and math.isfinite(value):
+            self._last_demand_s[key] = now_s
 
-    def _observe(self, key: ComponentKey, timestamps_s: list[float], values: list[float]) -> None:
+    def _observe(self, key: ComponentKey, timestamps_s: list[float], values: list[float]) -> bool:
+        """Feed observations to the key's model; False when they were dropped."""
         try:
             self._fitter.observe(key, timestamps_s, values)
         except ValueError as err:
-            # A wall clock stepping back: drop the observation rather than the model.
+            # A wall clock stepping back within a window: drop the observation, not the model.
             log.warning("dropped demand observation of %s: %s", key, err)
+            return False
+        return True
 
     def tick(self, *, now_s: float) -> int:
         """Collect finished fits and submit due ones (never waits); returns how many fits

@@ -448,6 +448,33 @@ def test_no_forecast_from_demand_unread_for_over_an_hour_unless_at_zero() -> Non
         assert forecasts.status(key).withheld is None
 
 
+def test_a_clock_stepped_forward_then_back_drops_the_history_to_back_fill_it() -> None:
+    """One tick 12 hours ahead (an NTP misstep), then the clock is corrected: every later
+    reading was behind the model's windows and dropped, for 12 hours, while the forecast
+    went on for the wrong time of day and nothing said so. Now the history is dropped, the
+    next back-fill (`start_backfill` sees a component it does not know) reads it afresh, and
+    until then no forecast is made from the wrong clock."""
+    key = ComponentKey("serving", "llm")
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        forecasts = DemandForecasts(executor=pool, step_s=300.0)
+        for minute in range(1, 13):
+            forecasts.record(key, now_s=60.0 * minute, demand=1000.0)
+        forecasts.record(key, now_s=60.0 * 12 + 12 * 3600, demand=1000.0)  # the misstep
+        forecasts.record(key, now_s=60.0 * 13, demand=1000.0)  # corrected
+        assert forecasts.forecast(key, horizon_s=300.0, now_s=60.0 * 13) is None
+        assert not forecasts.status(key).backfilled  # to be read again
+        assert forecasts._fitter.last_window_end_s(key) is None
+        for minute in range(14, 26):  # live again, on the corrected clock
+            forecasts.record(key, now_s=60.0 * minute, demand=1000.0)
+        last_end_s = forecasts._fitter.last_window_end_s(key)
+        assert last_end_s is not None and last_end_s <= 60.0 * 25
+        assert forecasts.forecast(key, horizon_s=300.0, now_s=60.0 * 25) is not None
+        # a step back within a window drops only that reading
+        forecasts.record(key, now_s=60.0 * 24.5, demand=1000.0)
+        assert forecasts._fitter.last_window_end_s(key) == last_end_s
+        assert forecasts.forecast(key, horizon_s=300.0, now_s=60.0 * 25) is not None
+
+
 def test_stopping_the_fit_pool_ends_a_fit_in_progress() -> None:
     executor = fit_executor()
     fitting = executor.submit(time.sleep, 60)  # a fit far longer than any real one
