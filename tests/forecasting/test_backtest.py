@@ -117,6 +117,25 @@ def test_persistence_error_matches_a_direct_computation() -> None:
     assert report.models["persistence"].mase == pytest.approx(np.mean(errors) / scale)
 
 
+def test_no_ratio_against_a_seasonal_naive_that_was_persistence() -> None:
+    """On 1.6 days, seasonal-naive never had a day of history at a fit: persistence stood in
+    on every origin, and the report gave a ratio against it (1.0 for persistence) with
+    nothing to say it was no seasonal baseline."""
+    report = run_backtest(
+        servegen_cut("m-small", 0, int(1.6 * DAY_WINDOWS)),
+        trace="short",
+        horizon_s=1800,
+        step_s=STEP_S,
+        models=("persistence", "seasonal_naive"),
+    )
+    naive = report.models["seasonal_naive"]
+    assert naive.fallback_share == 1.0
+    assert math.isnan(report.models["persistence"].ratio_vs_seasonal_naive)
+    assert report.contract_json()["models"]["persistence"]["ratio_vs_seasonal_naive"] is None
+    assert "n/a" in backtest_command.format_table(report).splitlines()[2]
+    assert report.models["persistence"].ratio_vs_persistence == 1.0  # the rest is scored
+
+
 def test_smape_counts_zero_over_zero_as_exact() -> None:
     assert _smape(np.array([0.0, 1.0]), np.array([0.0, 3.0])) == pytest.approx(50.0)
 
