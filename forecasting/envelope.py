@@ -77,11 +77,12 @@ class SeasonalEnvelope(DailyStateSpace):
         last, season = values.size - 1, self.season_windows
         slack, level = self.slack_windows, self.level_windows
         recent = values[max(last - level + 1, 0) :]
-        # Each day's level is read where today's is: a gap in today's last hour compared the
-        # hour's other part with those days' whole hour, a ramp's end with all of it (35
-        # minutes missing before a step raised the point by half, every day alike).
+        # Today's level and each day's are read at the windows both observed: a gap in
+        # either compared part of an hour with all of it, a ramp's end with the whole ramp
+        # (35 minutes missing today before a step raised the point by half on identical
+        # days; the step's windows missing on the past days, by up to 2x).
         seen = np.isfinite(recent)
-        peaks, levels = [], []
+        peaks, levels, todays = [], [], []
         for day in range(1, self.days + 1):
             target = last + steps - day * season
             # only days whose whole window is history (a horizon near a day would reach
@@ -92,12 +93,14 @@ class SeasonalEnvelope(DailyStateSpace):
                     peaks.append(float(np.nanmax(window)))
             then = last - day * season
             if then - level + 1 >= 0:  # then `recent` is a whole hour too
-                stretch = values[then - level + 1 : then + 1][seen]
-                if np.isfinite(stretch).any():
-                    levels.append(float(np.nanmean(stretch)))
-        if not peaks or not levels or not seen.any():
+                stretch = values[then - level + 1 : then + 1]
+                both = seen & np.isfinite(stretch)
+                if both.any():
+                    levels.append(float(np.mean(stretch[both])))
+                    todays.append(float(np.mean(recent[both])))
+        if not peaks or not levels:
             return None
-        now_level, then_level = float(np.nanmean(recent)), float(np.mean(levels))
+        now_level, then_level = float(np.mean(todays)), float(np.mean(levels))
         if then_level <= 0:
             # idle at this hour on those days: as idle today, their step is today's too;
             # busier today, as much busier as allowed

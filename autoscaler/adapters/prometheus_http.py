@@ -116,7 +116,9 @@ class AnswerDeadline(HTTPAdapter):
     load) holds the calling thread for as long as it goes on: the tick gives up on the
     query, the thread does not, and they pile up tick after tick. Here the body is read as
     it arrives and dropped, as a `ReadTimeout`, once the request's timeout has passed since
-    it was sent."""
+    it was sent: a read already waiting may still take one read timeout, so the answer
+    takes at most twice the timeout. Headers sent as slowly are not bounded (requests reads
+    them itself); the realistic case, a large body streamed slowly, is."""
 
     def send(  # type: ignore[override]
         self,
@@ -128,7 +130,7 @@ class AnswerDeadline(HTTPAdapter):
         budget_s = timeout[1] if isinstance(timeout, tuple) else timeout
         sent = time.monotonic()
         response = super().send(request, stream=True, timeout=timeout, **kwargs)
-        if stream or budget_s is None:
+        if stream or not isinstance(budget_s, int | float):  # None, or urllib3's Timeout
             if not stream:
                 _ = response.content  # read now, as requests does without `stream`
             return response
@@ -143,12 +145,11 @@ class AnswerDeadline(HTTPAdapter):
                         request=request,
                         response=response,
                     )
-        except urllib3.exceptions.ReadTimeoutError as err:
+        except urllib3.exceptions.HTTPError as err:
+            # as requests maps them when it reads a body: a cut or undecodable body is a bad
+            # answer (not retried), a read that timed out a timeout
             response.close()
-            raise requests.exceptions.ReadTimeout(err, request=request) from err
-        except urllib3.exceptions.HTTPError as err:  # a broken or undecodable stream
-            response.close()
-            raise requests.exceptions.ConnectionError(err, request=request) from err
+            raise _requests_error(err, request) from err
         except BaseException:
             response.close()
             raise
@@ -156,6 +157,20 @@ class AnswerDeadline(HTTPAdapter):
         response._content_consumed = True
         response.close()  # the body is read: the connection goes back to the pool
         return response
+
+
+def _requests_error(
+    err: urllib3.exceptions.HTTPError, request: requests.PreparedRequest
+) -> requests.RequestException:
+    if isinstance(err, urllib3.exceptions.ReadTimeoutError):
+        return requests.exceptions.ReadTimeout(err, request=request)
+    if isinstance(err, urllib3.exceptions.DecodeError):
+        return requests.exceptions.ContentDecodingError(err, request=request)
+    if isinstance(err, urllib3.exceptions.ProtocolError):
+        return requests.exceptions.ChunkedEncodingError(err, request=request)
+    if isinstance(err, urllib3.exceptions.SSLError):
+        return requests.exceptions.SSLError(err, request=request)
+    return requests.exceptions.ConnectionError(err, request=request)
 
 
 class PrometheusHttp:

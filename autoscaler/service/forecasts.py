@@ -247,11 +247,13 @@ class DemandForecasts:
     def record(self, key: ComponentKey, *, now_s: float, demand: float | None) -> None:
         """This tick's demand (None: missing, recorded as NaN so the window stays missing).
 
-        A wall clock stepped back by more than a window (after a step forward: an NTP
-        correction) leaves the model's windows ahead of every new reading. Dropping each
-        reading lost all live demand until the clock caught up, hours perhaps, while the
-        model forecast for the wrong time of day and nothing said so. The component's
-        history is dropped instead, and back-filled afresh at the next tick."""
+        A wall clock stepped back (after a step forward: an NTP correction) leaves the
+        model's windows ahead of every new reading, which is dropped until the clock has
+        caught up. Behind by more than `stale_demand_s`, that lost live demand for hours
+        while the model forecast for the wrong time of day, and nothing said so: the
+        component's history is dropped instead, and back-filled afresh at the next tick. A
+        step of minutes only drops readings: dropping the history of every component at
+        once would leave the fleet without forecasts until its back-fills and fits end."""
         value = math.nan if demand is None else float(demand)
         pending = self._pending.get(key)
         if pending is not None:
@@ -260,7 +262,7 @@ class DemandForecasts:
                 self._last_demand_s[key] = now_s
             return
         last_end_s = self._fitter.last_window_end_s(key)
-        if last_end_s is not None and now_s < last_end_s - self.step_s:
+        if last_end_s is not None and now_s < last_end_s - self.stale_demand_s:
             log.warning(
                 "the clock went back %.0fs behind %s's demand history: dropping it to "
                 "back-fill it again",

@@ -189,3 +189,32 @@ async def test_an_answer_trickled_byte_by_byte_is_cut_off_at_the_deadline() -> N
         assert took_s < 1.6, took_s
         assert "the whole answer" in caught.value.detail
         http.close()
+
+
+@pytest.mark.parametrize(
+    ("headers", "body"),
+    [
+        pytest.param({"Content-Length": "500"}, b'{"status": "success"', id="cut-short"),
+        pytest.param({"Content-Encoding": "gzip"}, b"not gzip at all", id="bad-gzip"),
+    ],
+)
+async def test_a_broken_body_is_a_bad_response_not_retried(
+    headers: dict[str, str], body: bytes
+) -> None:
+    """Read by the answer deadline, a cut or undecodable body became a connection error and
+    was sent again, though it could never succeed; requests itself calls it a bad answer."""
+
+    async def broken(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "application/json", **headers})
+        await response.prepare(request)
+        await response.write(body)
+        request.transport.close()  # type: ignore[union-attr]
+        return response
+
+    async with serve(broken) as (url, seen):
+        http = PrometheusHttp(url=url, timeout_s=5.0, retries=1)
+        with pytest.raises(PrometheusUnavailable) as caught:
+            await asyncio.to_thread(http.instant, "waiting", "up", deadline=time.monotonic() + 5.0)
+        assert caught.value.kind == "bad_response", caught.value
+        assert len(seen) == 1
+        http.close()

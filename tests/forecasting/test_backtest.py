@@ -136,6 +136,23 @@ def test_no_ratio_against_a_seasonal_naive_that_was_persistence() -> None:
     assert report.models["persistence"].ratio_vs_persistence == 1.0  # the rest is scored
 
 
+def test_a_seasonal_naive_that_stood_in_now_and_then_is_still_the_baseline() -> None:
+    """m-small's days 8-12 have collection gaps: where the window a day before the target is
+    missing, persistence stands in for seasonal-naive, as the baseline is defined. A single
+    such origin took the ratio from every model."""
+    report = run_backtest(
+        servegen_cut("m-small", 8 * DAY_WINDOWS, 13 * DAY_WINDOWS),
+        trace="m-small-days-8-12",
+        horizon_s=1800,
+        step_s=STEP_S,
+        train_s=3 * 86_400,
+        models=("persistence", "seasonal_naive"),
+    )
+    naive, persistence = report.models["seasonal_naive"], report.models["persistence"]
+    assert 0 < naive.fallback_share < 1
+    assert persistence.ratio_vs_seasonal_naive == pytest.approx(persistence.mae / naive.mae)
+
+
 def test_smape_counts_zero_over_zero_as_exact() -> None:
     assert _smape(np.array([0.0, 1.0]), np.array([0.0, 3.0])) == pytest.approx(50.0)
 

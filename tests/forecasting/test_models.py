@@ -242,14 +242,28 @@ def test_seasonal_envelope_edges() -> None:
     assert _envelope_of(stepped[: DAY_WINDOWS + 5]) is None
 
 
+def _hour_windows(*, days_back: tuple[int, ...], part: slice) -> list[int]:
+    """Indices (from the end) of `part` of the last hour, on the given days back."""
+    return [i - d * DAY_WINDOWS for d in days_back for i in range(-6, 0)[part]]
+
+
 @pytest.mark.parametrize(
-    "gap", [slice(-6, -3), slice(-3, None)], ids=["before-the-step", "the-last-windows"]
-)
-def test_a_gap_in_the_last_hour_does_not_skew_the_level_ratio(gap: slice) -> None:
+    "gap",
+    [
+        pytest.param(_hour_windows(days_back=(0,), part=slice(0, 3)), id="today-before-step"),
+        pytest.param(_hour_windows(days_back=(0,), part=slice(3, 6)), id="today-in-step"),
+        pytest.param(_hour_windows(days_back=(1,), part=slice(3, 6)), id="a-past-day-in-step"),
+        pytest.param(_hour_windows(days_back=(1, 2, 3), part=slice(3, 6)),
+                     id="every-past-day-in-step"),
+        pytest.param(_hour_windows(days_back=(1, 2, 3), part=slice(0, 3)),
+                     id="every-past-day-before-step"),
+    ],
+)  # fmt: skip
+def test_a_gap_in_the_hours_compared_does_not_skew_the_level_ratio(gap: list[int]) -> None:
     """Four identical days that step from 100 to 300 half an hour before the forecast. With
-    part of today's hour missing, its other part was compared with those days' whole hour:
-    the step's half against 200, so the envelope came out 1.5x (or, the step's windows
-    missing, half) what the identical days say."""
+    part of an hour missing (today's or a past day's), its other part was compared with the
+    whole hour: the step's half against 200, so the envelope came out 1.5x, 2x or half
+    what the identical days say. Now both are read at the windows both observed."""
     day = np.full(DAY_WINDOWS, 100.0)
     day[100:] = 300.0
     values = np.tile(day, 4)[: 3 * DAY_WINDOWS + 103]  # today: 3 windows into the step

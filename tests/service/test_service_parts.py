@@ -469,10 +469,12 @@ def test_a_clock_stepped_forward_then_back_drops_the_history_to_back_fill_it() -
         last_end_s = forecasts._fitter.last_window_end_s(key)
         assert last_end_s is not None and last_end_s <= 60.0 * 25
         assert forecasts.forecast(key, horizon_s=300.0, now_s=60.0 * 25) is not None
-        # a step back within a window drops only that reading
-        forecasts.record(key, now_s=60.0 * 24.5, demand=1000.0)
-        assert forecasts._fitter.last_window_end_s(key) == last_end_s
-        assert forecasts.forecast(key, horizon_s=300.0, now_s=60.0 * 25) is not None
+        # a step back of minutes drops only those readings: the fleet keeps its history
+        forecasts.record(key, now_s=60.0 * 25 + 1800, demand=1000.0)
+        ahead_end_s = forecasts._fitter.last_window_end_s(key)
+        forecasts.record(key, now_s=60.0 * 26, demand=1000.0)
+        assert forecasts._fitter.last_window_end_s(key) == ahead_end_s
+        assert forecasts.forecast(key, horizon_s=300.0, now_s=60.0 * 26) is not None
 
 
 def test_stopping_the_fit_pool_ends_a_fit_in_progress() -> None:
