@@ -21,6 +21,7 @@ import argparse
 import asyncio
 import functools
 import json
+import math
 import multiprocessing
 import os
 import platform
@@ -82,14 +83,14 @@ def accuracy() -> list[dict[str, object]]:
                         "horizon_min": horizon_s // 60,
                         "model": model,
                         "origins": report.scored_origins,
-                        "mae": score.mae,
-                        "mase": score.mase,
-                        "smape": score.smape,
-                        "ratio_vs_persistence": score.ratio_vs_persistence,
-                        "ratio_vs_seasonal_naive": score.ratio_vs_seasonal_naive,
-                        "coverage": score.coverage,
-                        "fit_seconds_median": score.fit_seconds_median,
-                        "fallback_share": score.fallback_share,
+                        "mae": _finite(score.mae),
+                        "mase": _finite(score.mase),
+                        "smape": _finite(score.smape),
+                        "ratio_vs_persistence": _finite(score.ratio_vs_persistence),
+                        "ratio_vs_seasonal_naive": _finite(score.ratio_vs_seasonal_naive),
+                        "coverage": _finite(score.coverage),
+                        "fit_seconds_median": _finite(score.fit_seconds_median),
+                        "fallback_share": _finite(score.fallback_share),
                     }
                 )
                 print(_accuracy_line(rows[-1]), flush=True)
@@ -173,12 +174,21 @@ def loop_stall(name: str) -> dict[str, object]:
     return results
 
 
+def _finite(value: float) -> float | None:
+    """None for a score that is not a number (n/a), so the JSON stays JSON."""
+    return value if math.isfinite(value) else None
+
+
 def _accuracy_line(row: dict[str, object]) -> str:
+    def f(name: str, digits: int = 3) -> str:
+        value = row[name]
+        return "n/a" if value is None else f"{value:.{digits}f}"
+
     return (
-        f"| {row['trace']} | {row['horizon_min']} | {row['model']} | {row['mase']:.3f} |"
-        f" {row['smape']:.2f} | {row['ratio_vs_persistence']:.3f} |"
-        f" {row['ratio_vs_seasonal_naive']:.3f} | {row['coverage']:.3f} |"
-        f" {row['fit_seconds_median']:.3f} |"
+        f"| {row['trace']} | {row['horizon_min']} | {row['model']} | {f('mase')} |"
+        f" {f('smape', 2)} | {f('ratio_vs_persistence')} |"
+        f" {f('ratio_vs_seasonal_naive')} | {f('coverage')} |"
+        f" {f('fit_seconds_median')} |"
     )
 
 
