@@ -670,6 +670,17 @@ async def test_a_scale_cut_off_by_the_tick_deadline_is_ours_if_it_lands(kube, ad
     assert events(kube, "AnotherWriter") == []
 
 
+async def decode_at(kube: FakeKube, adapter: KubeAdapter, *, earlier_write: bool) -> int:
+    """A PD deployment with decode at 1 gang, or at 2 by an earlier write of this term;
+    returns decode's count."""
+    add_gpu_nodes(kube, 10)
+    add_pd(kube)
+    if not earlier_write:
+        return 1
+    assert await scale_decode(adapter, kube, 1, 2) is ScaleResult.SCALED
+    return 2
+
+
 @pytest.mark.parametrize("earlier_write", [False, True], ids=["first-write", "after-a-write"])
 async def test_a_scale_whose_answer_is_lost_and_never_landed_is_tried_again(
     kube, adapter, earlier_write
@@ -677,12 +688,7 @@ async def test_a_scale_whose_answer_is_lost_and_never_landed_is_tried_again(
     """The first write of a term gets no answer and never lands: the next tick observes the
     count it was written over. That was taken for another writer's change, and the
     component held for 10 minutes with a Warning about a writer that does not exist."""
-    add_gpu_nodes(kube, 10)
-    add_pd(kube)
-    start = 1
-    if earlier_write:
-        assert await scale_decode(adapter, kube, 1, 2) is ScaleResult.SCALED
-        start = 2
+    start = await decode_at(kube, adapter, earlier_write=earlier_write)
     kube.inject_fault(
         code=0, method="PATCH", path_contains="llama-decode/scale", action="disconnect"
     )
@@ -698,12 +704,7 @@ async def test_a_scale_whose_answer_is_lost_and_never_landed_is_tried_again(
 async def test_a_lost_write_that_landed_behind_a_lagging_observation_is_ours(
     kube, adapter, earlier_write
 ):
-    add_gpu_nodes(kube, 10)
-    add_pd(kube)
-    start = 1
-    if earlier_write:
-        assert await scale_decode(adapter, kube, 1, 2) is ScaleResult.SCALED
-        start = 2
+    start = await decode_at(kube, adapter, earlier_write=earlier_write)
     await settle(adapter, kube)
     before = adapter.snapshot(now_s=time.time())
     kube.inject_fault(
