@@ -29,6 +29,15 @@ class _Settings(BaseModel):
     # `.inf` in the YAML reached `round()` and scipy as tracebacks: every number is finite
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_yes_or_no(cls, value: Any) -> Any:
+        # pydantic reads YAML's `true` as the number 1: `step_s: true` ran 1 s steps, and
+        # `gpus_per_node: yes` was blamed on gpus_per_pod. No setting here is a yes/no.
+        if isinstance(value, bool):
+            raise ValueError(f"{str(value).lower()} is a yes/no; a number is expected here")
+        return value
+
 
 class ClusterSettings(_Settings):
     gpus_per_node: int = Field(default=8, gt=0, description="GPUs on one node")
@@ -115,6 +124,25 @@ class GangPolicySettings(_Settings):
     prefill: dict[str, str] = Field(default_factory=dict)
     decode: dict[str, str] = Field(default_factory=dict)
     unified: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("prefill", "decode", "unified", mode="before")
+    @classmethod
+    def _quoted(cls, value: Any) -> Any:
+        # Kubernetes refuses an unquoted `min-buffer: 1` on an LWS; so does this file, saying
+        # how to write it rather than pydantic's "Input should be a valid string"
+        if isinstance(value, Mapping):
+            unquoted = [
+                f'{key}: "{str(given).lower() if isinstance(given, bool) else given}"'
+                for key, given in value.items()
+                if isinstance(given, bool | int | float)
+            ]
+            if unquoted:
+                raise ValueError(
+                    "annotation values are strings, as on the LWS; quote them: "
+                    + ", ".join(unquoted)
+                )
+        return value
+
     # capacity-per-replica defaults to these shares of a gang's measured capacity; None
     # leaves the annotation unset, so the component learns its capacity as the service does
     # when an operator has not measured one.

@@ -429,6 +429,22 @@ def test_cli_names_a_bad_gang_setting(tmp_path: Path, capsys: pytest.CaptureFixt
             "(lines 1 and 3)",
             id="a-key-given-twice",
         ),
+        pytest.param(
+            "step_s: true\ncluster: {gpus_per_node: yes}\n",  # ran 1 s steps; blamed the pod
+            [],
+            "{path}: invalid simulator configuration:\n"
+            "  step_s: true is a yes/no; a number is expected here\n"
+            "  cluster.gpus_per_node: true is a yes/no; a number is expected here",
+            id="a-yes-or-no-for-a-number",
+        ),
+        pytest.param(
+            "gang: {prefill: {min-buffer: 1, dry-run: false, lead-time: 5m}}\n",
+            [],
+            "{path}: invalid simulator configuration:\n"
+            "  gang.prefill: annotation values are strings, as on the LWS; quote them: "
+            'min-buffer: "1", dry-run: "false"\n',
+            id="unquoted-annotation-values",
+        ),
     ],
 )
 def test_cli_says_what_is_wrong_with_the_configuration(
