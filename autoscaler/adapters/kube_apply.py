@@ -63,7 +63,7 @@ from autoscaler.adapters.kube_state import ComponentState, KubeState
 from autoscaler.adapters.lws_scaler import LwsScaler, ScaleOutcome, ScaleResult
 from autoscaler.core.gang_plan import ComponentPlan, GangPlan, Reason
 from autoscaler.core.model import ComponentKey
-from autoscaler.core.policy import PREFIX
+from autoscaler.core.policy import PREFIX, Policy, policy_cautions
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +88,13 @@ class ComponentApplied:
 class ApplyReport:
     components: Mapping[ComponentKey, ComponentApplied] = field(default_factory=dict)
     orphan_balloons_deleted: tuple[str, ...] = ()
+
+
+def _with_cautions(message: str, policy: Policy | None) -> str:
+    """A partial-gang Event's message, with what in the policy makes partial gangs of gangs
+    that are only slow to start (a gang-timeout shorter than the lead time)."""
+    cautions = policy_cautions(policy) if policy is not None else ()
+    return "; ".join([message, *(f"gang-timeout {c.message}" for c in cautions)])
 
 
 def _problem_message(state: ComponentState) -> str:
@@ -313,16 +320,17 @@ class Actuator:
                 observed_resource_version=found.resource_version,
                 target=found.scale_target,
             )
-            await self._report_scale(ref, plan, outcome, notes)
+            await self._report_scale(ref, plan, outcome, notes, policy=found.policy)
         if plan.stuck_groups and not dry:
             await self._event(
                 ref,
                 notes,
                 type_=WARNING,
                 reason="PartialGangStuck",
-                message=(
+                message=_with_cautions(
                     f"groups {list(plan.stuck_groups)} stay partially scheduled past "
-                    "gang-timeout; they are below the desired count and are kept"
+                    "gang-timeout; they are below the desired count and are kept",
+                    found.policy,
                 ),
             )
 
@@ -381,7 +389,13 @@ class Actuator:
         return ComponentApplied(key, dry, outcome, balloon_plan, result, tuple(notes), errors)
 
     async def _report_scale(
-        self, ref: ObjectRef, plan: ComponentPlan, outcome: ScaleOutcome, notes: list[str]
+        self,
+        ref: ObjectRef,
+        plan: ComponentPlan,
+        outcome: ScaleOutcome,
+        notes: list[str],
+        *,
+        policy: Policy | None,
     ) -> None:
         change = f"{plan.current_gangs} -> {plan.desired_gangs} gangs"
         if outcome.result is ScaleResult.SCALED:
@@ -400,9 +414,10 @@ class Actuator:
                     notes,
                     type_=WARNING,
                     reason=camel_reason(Reason.PARTIAL_GANG_ROLLED_BACK.value),
-                    message=(
+                    message=_with_cautions(
                         f"groups {list(plan.rolled_back_groups)} stayed partially scheduled "
-                        f"past gang-timeout and were scaled away ({change})"
+                        f"past gang-timeout and were scaled away ({change})",
+                        policy,
                     ),
                 )
         elif outcome.result is ScaleResult.OTHER_WRITER:

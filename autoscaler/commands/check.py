@@ -46,6 +46,7 @@ from autoscaler.core.policy import (
     deployment_key,
     is_enabled,
     parse_policy,
+    policy_cautions,
     validate_deployment,
 )
 from autoscaler.core.shape import QuantityError, gang_shape_from_lws
@@ -65,9 +66,12 @@ class Finding:
     subject: str  # namespace/name, or "-" for a file-level problem
     annotation: str
     message: str
+    # a valid policy that works against itself: printed, not counted as a problem
+    warning: bool = False
 
     def __str__(self) -> str:
-        return f"{self.source}: {self.subject}: {self.annotation}: {self.message}"
+        said = f"warning: {self.message}" if self.warning else self.message
+        return f"{self.source}: {self.subject}: {self.annotation}: {said}"
 
 
 def _is_lws(doc: Mapping[str, Any]) -> bool:
@@ -284,6 +288,10 @@ def check_documents(
         own_defaults = {**defaults, **(lws.defaults or {})}
         try:
             policies[key] = parse_policy(with_defaults(annotations, own_defaults), lws_name=key.lws)
+            findings.extend(
+                Finding(source, subject, c.annotation, c.detail, warning=True)
+                for c in policy_cautions(policies[key])
+            )
         except PolicyError as err:
             findings.extend(Finding(source, subject, p.annotation, p.detail) for p in err.problems)
             # What did parse is still checked against the other components of its deployment,
@@ -381,10 +389,15 @@ def run(args: argparse.Namespace) -> int:
     findings.extend(checked)
     for finding in findings:
         print(finding)
-    if findings:
-        print(f"{len(findings)} problem(s) in {seen} opted-in LeaderWorkerSet(s)", file=sys.stderr)
+    problems = sum(not f.warning for f in findings)
+    warnings = f", {len(findings) - problems} warning(s)" if len(findings) > problems else ""
+    if problems:
+        print(
+            f"{problems} problem(s){warnings} in {seen} opted-in LeaderWorkerSet(s)",
+            file=sys.stderr,
+        )
         return 1
-    print(f"ok: {seen} opted-in LeaderWorkerSet(s), no problems", file=sys.stderr)
+    print(f"ok: {seen} opted-in LeaderWorkerSet(s), no problems{warnings}", file=sys.stderr)
     return 0
 
 

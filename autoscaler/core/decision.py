@@ -43,7 +43,13 @@ from autoscaler.core.model import (
     Observations,
 )
 from autoscaler.core.partial_gangs import GangAges, classify
-from autoscaler.core.policy import Policy, PolicyProblem, deployment_key, validate_deployment
+from autoscaler.core.policy import (
+    Policy,
+    PolicyProblem,
+    deployment_key,
+    policy_cautions,
+    validate_deployment,
+)
 from autoscaler.core.reactive import DEFAULT_TOLERANCE, demand_proposal, reactive_proposal
 from autoscaler.core.stabilization import (
     limit_scale_up,
@@ -438,7 +444,13 @@ def _roll_back(
             "partial_gangs",
             keep,
             Reason.PARTIAL_GANG_ROLLED_BACK,
-            f"groups {list(range(keep, spec))} not ready after {d.policy.gang_timeout_s:g}s",
+            "; ".join(
+                [
+                    f"groups {list(range(keep, spec))} not ready after "
+                    f"{d.policy.gang_timeout_s:g}s",
+                    *(f"gang-timeout {c.message}" for c in policy_cautions(d.policy)),
+                ]
+            ),
         )
     rolled = tuple(i for i in timed_out if i >= d.gangs)
     stuck = tuple(i for i in timed_out if i < d.gangs)

@@ -353,6 +353,27 @@ def _cross_field_problems(
     return problems
 
 
+def policy_cautions(policy: Policy) -> tuple[PolicyProblem, ...]:
+    """Valid annotations that work against each other: said, never held on.
+
+    A `gang-timeout` shorter than `lead-time` scales away, as a partial gang, a new gang
+    still waiting for a node or loading its weights when start-up takes as long as the
+    operator says it may. Not refused: the lead time is an estimate, and a component whose
+    operator only raised it would otherwise stop scaling."""
+    cautions: list[PolicyProblem] = []
+    if policy.gang_timeout_s < policy.lead_time_s:
+        cautions.append(
+            PolicyProblem(
+                PREFIX + "gang-timeout",
+                None,
+                f"{policy.gang_timeout_s:g}s is shorter than lead-time "
+                f"({policy.lead_time_s:g}s): a new gang not ready by then is scaled away as a "
+                "partial gang; set it above lead-time",
+            )
+        )
+    return tuple(cautions)
+
+
 def deployment_key(key: ComponentKey, policy: Policy) -> DeploymentKey:
     return DeploymentKey(key.namespace, policy.deployment_name(key.lws))
 

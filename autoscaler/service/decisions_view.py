@@ -19,7 +19,7 @@ from autoscaler.adapters.kube_apply import ComponentApplied
 from autoscaler.adapters.kube_state import ComponentState
 from autoscaler.core.gang_plan import ComponentPlan
 from autoscaler.core.model import ComponentKey, Forecast, Signals
-from autoscaler.core.policy import Policy
+from autoscaler.core.policy import Policy, policy_cautions
 from autoscaler.service.control_loop import TickRecord
 from autoscaler.service.forecasts import ForecastStatus
 
@@ -197,6 +197,8 @@ def decisions_view(
             "component": policy.component.value if policy else None,
             "policy": policy_view(policy),
             "policy_problems": [str(p) for p in found.problems],
+            # valid, but working against itself (gang-timeout under lead-time): not held on
+            "policy_cautions": [str(c) for c in (policy_cautions(policy) if policy else ())],
             "inputs": _inputs(comp, record.signals.get(key)),
             "forecast": forecast_view(
                 record.forecasts.get(key), forecast_status(key) if forecast_status else None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import dataclasses
 import datetime as dt
 import functools
 import time
@@ -269,6 +270,28 @@ async def test_partial_decode_gang_is_scaled_away_after_its_timeout_with_an_even
     (rolled,) = events(kube, "PartialGangRolledBack")
     assert rolled["type"] == "Warning" and "groups [1]" in rolled["message"]
     assert rolled["involvedObject"]["name"] == "llama-decode"
+    # a 1m timeout under the default 5m lead time: the Event says so
+    assert "gang-timeout 60s is shorter than lead-time (300s)" in rolled["message"]
+
+
+async def test_a_stuck_gang_event_says_when_the_timeout_is_shorter_than_the_lead_time(
+    kube, adapter
+):
+    add_gpu_nodes(kube, 6)
+    add_pd(kube, decode=2, extra={"gang-autoscaler.io/gang-timeout": "1m"})
+    await settle(adapter, kube)
+    state = adapter.snapshot(now_s=time.time())
+    stuck = dataclasses.replace(
+        component_plan(DECODE, current=2, desired=2, reason=Reason.WITHIN_TOLERANCE),
+        stuck_groups=(0,),
+    )
+    await adapter.apply(GangPlan({DECODE: stuck}), state, dry_run=False)
+    (event,) = events(kube, "PartialGangStuck")
+    assert event["message"] == (
+        "groups [0] stay partially scheduled past gang-timeout; they are below the desired "
+        "count and are kept; gang-timeout 60s is shorter than lead-time (300s): a new gang "
+        "not ready by then is scaled away as a partial gang; set it above lead-time"
+    )
 
 
 async def test_a_gang_that_served_for_days_and_fails_a_probe_is_not_rolled_back_at_once():

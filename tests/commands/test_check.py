@@ -187,6 +187,27 @@ def test_check_accepts_a_consistent_pd_deployment(tmp_path, capsys):
     assert capsys.readouterr().out == ""
 
 
+def test_check_warns_of_a_gang_timeout_under_the_lead_time(tmp_path, capsys):
+    # valid, so it passes; but every gang that starts as slowly as the operator says gangs
+    # may start is scaled away as a partial gang before it serves
+    slow = {PREFIX + "lead-time": "15m"}
+    path = manifest(tmp_path, *pd(slow, {**slow, PREFIX + "gang-timeout": "20m"}))
+    assert main(["check", str(path)]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == (
+        f"{path}: serving/chat-prefill: gang-autoscaler.io/gang-timeout: warning: 600s is "
+        "shorter than lead-time (900s): a new gang not ready by then is scaled away as a "
+        "partial gang; set it above lead-time\n"
+    )
+    assert captured.err == "ok: 2 opted-in LeaderWorkerSet(s), no problems, 1 warning(s)\n"
+    # with a problem as well, the warning does not count as one
+    path = manifest(tmp_path, *pd(slow, {PREFIX + "max-replicas": "x"}))
+    assert main(["check", str(path)]) == 1
+    captured = capsys.readouterr()
+    assert "gang-timeout: warning:" in captured.out
+    assert captured.err == "1 problem(s), 1 warning(s) in 2 opted-in LeaderWorkerSet(s)\n"
+
+
 @pytest.mark.parametrize(
     "partner_extra",
     [

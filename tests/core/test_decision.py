@@ -624,6 +624,23 @@ def test_partial_gang_past_its_timeout_is_scaled_away_with_its_reason():
     assert result.rolled_back_groups == (2,)
 
 
+@pytest.mark.parametrize(
+    ("lead_time", "cautioned"),
+    [
+        pytest.param("5m", False, id="timeout-above-lead-time"),
+        pytest.param("15m", True, id="timeout-under-lead-time-says-so"),
+    ],
+)
+def test_a_roll_back_says_when_the_timeout_is_shorter_than_the_lead_time(lead_time, cautioned):
+    component = third_gang_partial(since=NOW - 700)
+    seen = ComponentMemory(not_ready_first_seen=((2, NOW - 690),))
+    result, _ = decide(component, policy(gang_timeout="10m", lead_time=lead_time), memory=seen)
+    assert result.reason is Reason.PARTIAL_GANG_ROLLED_BACK
+    assert result.detail.startswith("groups [2] not ready after 600s")
+    caution = "gang-timeout 600s is shorter than lead-time (900s)"
+    assert (caution in result.detail) is cautioned
+
+
 def test_partial_gang_within_its_timeout_stays():
     component = third_gang_partial(since=NOW - 100)
     result, _ = decide(component, policy(gang_timeout="10m"))

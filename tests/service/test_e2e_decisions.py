@@ -66,7 +66,8 @@ async def test_decisions_explain_every_number(
 ) -> None:
     ns = "decisions"
     kube.add_namespace(ns)
-    for manifest in pd_manifests(ns, {}):
+    # valid, but under the example's 6m lead time: shown, not held on
+    for manifest in pd_manifests(ns, {DECODE: {"gang-autoscaler.io/gang-timeout": "5m"}}):
         kube.apply(manifest)
     live.exporter.set_lws(
         namespace=ns, lws=PREFILL, waiting=1, kv_usage_fraction=0.5, prompt_tokens_per_s=4000
@@ -99,6 +100,11 @@ async def test_decisions_explain_every_number(
             assert forecast["model"]["backfilled"] is True
         decode = body["components"][f"{ns}/{DECODE}"]
         assert decode["component"] == "decode" and decode["deployment"] == "llama"
+        assert body["components"][f"{ns}/{PREFILL}"]["policy_cautions"] == []
+        (caution,) = decode["policy_cautions"]
+        assert caution.startswith(
+            "gang-autoscaler.io/gang-timeout: 300s is shorter than lead-time (360s)"
+        )
         assert decode["policy"]["target_waiting"] == 2.0
         # Sums over the leaders of ready gangs: each exporter leader reports 3 waiting.
         ready = decode["inputs"]["ready_gangs"]
