@@ -13,8 +13,9 @@ the SLO less the 99th percentile of a request's own prefill time. Windows are ch
 grids: every length up to 10 s on a 0.25 s grid (where a bin's width would matter most),
 longer ones to `max_window_s` on a 1 s grid, and up to `long_window_s` every 30 s
 (sustained overloads that no short window shows). A window is taken from its first bin's
-first arrival to its last bin's last, so arrivals at one instant (the per-second cohorts
-of the aggregated traces) are checked exactly.
+first arrival to each request of its last bin, so arrivals at one instant (the per-second
+cohorts of the aggregated traces) are checked exactly, and a small request late in a bin
+does not lend the requests before it its later deadline.
 
 Decode: enough slots, and KV cache, for the sequences that would be running (in slot-time,
 averaged over each step) if every request got a slot on arrival. Unified: both on the same
@@ -155,33 +156,45 @@ def _window_rates(
 ) -> np.ndarray:
     """Per grid bin: the highest rate any window (of `lengths` bins) holding that bin needs.
 
-    A window's rate is its work ahead of its last request over the time from its first to
-    its last arrival plus the slack, held from its first bin until its work is due (its
-    last bin's end plus the slack). Windows starting or ending on an empty bin are covered
-    by the shorter window inside them.
+    A window starts at its first bin's first arrival and ends at a request of its last bin;
+    its rate is the work ahead of that request over the time from the window's start to the
+    request's arrival plus the slack, and the highest over the last bin's requests counts
+    (the last of them has the most work ahead, an earlier one less time to do it in). It is
+    held from its first bin until its work is due (its last bin's end plus the slack).
+    Windows starting on an empty bin are covered by the shorter window inside them.
     """
     n = max(int(np.ceil(duration_s / grid_s)), 1)
     arrival = workload.arrival_s
     bounds = np.searchsorted(arrival, np.arange(n + 1) * grid_s, side="left")
     occupied = bounds[1:] > bounds[:-1]
     first = np.where(occupied, arrival[np.minimum(bounds[:-1], arrival.size - 1)], 0.0)
-    last = np.where(occupied, arrival[np.maximum(bounds[1:] - 1, 0)], 0.0)
-    cumulative = np.concatenate(([0.0], np.cumsum(workload.prompt_tokens())))[bounds]
-    # the window's last request waits only for the work ahead of it: its own prompt is the
-    # own prefill time the slack leaves room for
-    own = np.where(occupied, workload.input_tokens[np.maximum(bounds[1:] - 1, 0)], 0.0)
+    cumulative = np.concatenate(([0.0], np.cumsum(workload.prompt_tokens())))
+    # the work ahead of each request: its own prompt is the prefill time the slack leaves
+    # room for (a cohort's other requests arrive with it and are ahead of it)
+    ahead = cumulative[1:] - workload.input_tokens
+    at_start = cumulative[bounds[:-1]]
+    # requests of the trace, by the bin they arrive in (those past the last bin are not
+    # replayed); the occupied bins' requests are contiguous runs
+    count = int(bounds[-1])
+    bin_of = np.repeat(np.arange(n), np.diff(bounds))
+    runs = bounds[:-1][occupied]
+    last_bins = np.flatnonzero(occupied)
     need = np.zeros(n)
     rate = np.zeros(n)
     for w in lengths:
         if w > n:
             break
-        # windows of bins [i, i + w) for every i <= n - w; later ones are shorter windows
-        starts = n - w + 1
-        valid = occupied[:starts] & occupied[w - 1 :]
-        work = cumulative[w:] - cumulative[:starts] - own[w - 1 :]
-        span = np.where(valid, last[w - 1 :] - first[:starts], 0.0)
-        rate[:starts] = np.where(valid, work / (span + slack_s), 0.0)
-        rate[starts:] = 0.0
+        start = bin_of - (w - 1)
+        valid = start >= 0
+        begin = np.where(valid, start, 0)
+        valid &= occupied[begin]
+        work = ahead[:count] - at_start[begin]
+        each = np.where(valid, work / (arrival[:count] - first[begin] + slack_s), 0.0)
+        # windows of bins [i, i + w), by their first bin i
+        rate[:] = 0.0
+        by_last = np.maximum.reduceat(each, runs) if count else np.zeros(0)
+        keep = last_bins >= w - 1
+        rate[last_bins[keep] - (w - 1)] = by_last[keep]
         due = math.ceil((w * grid_s + slack_s) / grid_s)
         np.maximum(need, trailing_max(rate, due), out=need)
     return need

@@ -534,6 +534,34 @@ def test_clairvoyant_requirement_holds_a_burst_until_its_work_is_due() -> None:
     assert need["prefill"][13:].tolist() == [1] * 17
 
 
+def test_clairvoyant_requirement_times_a_window_to_each_of_its_last_bins_requests() -> None:
+    from autoscaler.sim.requirement import required_gangs
+
+    # 160 prompts of 2,000 tokens in one cohort at 10.0 s, then one of 10 tokens at 10.24 s,
+    # in the same 0.25 s bin. The cohort's last prompt waits for the 318,000 tokens ahead of
+    # it, due within the slack of 1.95 s: 163,077 tokens/s, 5 gangs (4 leave it at 2.04 s).
+    # Timed to the bin's last arrival, the window had 0.24 s more for 2,000 tokens more
+    # (320,000 / 2.19 s: 4 gangs): one small late request lowered the requirement.
+    workload = Workload(
+        name="late-small-request",
+        arrival_s=np.array([10.0, 10.24]),
+        requests=np.array([160.0, 1.0]),
+        input_tokens=np.array([2_000.0, 10.0]),
+        output_tokens=np.array([1.0, 1.0]),
+        duration_s=30.0,
+    )
+    settings = SimSettings(step_s=1.0, tick_s=1.0)
+    need = required_gangs(workload, settings, n_steps=30)
+    slack = 2.0 - 2_000 / PREFILL_PER_GANG
+    assert math.ceil(318_000 / slack / PREFILL_PER_GANG) == 5
+    assert math.ceil(320_000 / (0.24 + slack) / PREFILL_PER_GANG) == 4
+    assert need["prefill"][10] == 5
+    serving = Serving(workload, settings, n_steps=30)
+    for k in range(30):
+        serving.step(k, prefill_gangs=int(need["prefill"][k]), decode_gangs=int(need["decode"][k]))
+    assert float(np.max(serving.ttft_s())) <= 2.0
+
+
 @pytest.mark.parametrize("kind", ["per-second-cohorts", "single-requests"])
 def test_serving_the_clairvoyant_requirement_meets_the_slo(kind: str) -> None:
     """Prefill gangs exactly as the requirement says, ready at once: every request's first
