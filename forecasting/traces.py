@@ -158,10 +158,23 @@ def _short_name(path: Path) -> str:
 def _regular_step(t_seconds: np.ndarray, path: Path) -> float:
     if t_seconds.size < 2:
         raise TraceFormatError(f"{path}: {t_seconds.size} rows; a series needs two at least")
-    steps = np.unique(np.diff(t_seconds))
-    if steps.size != 1 or steps[0] <= 0:
-        raise TraceFormatError(f"{path}: t_seconds is not evenly spaced")
-    return float(steps[0])
+    return regular_step(t_seconds, path)
+
+
+def regular_step(t_seconds: np.ndarray, path: Path) -> float:
+    """The one spacing of a series' `t_seconds` (two rows at least), or TraceFormatError
+    naming the first row that breaks it: a window missing or out of place would otherwise
+    be replayed stretched or moved."""
+    steps = np.diff(t_seconds)
+    step = float(steps[0])
+    uneven = ~np.isclose(steps, step, rtol=0.0, atol=1e-6)
+    if step <= 0 or uneven.any():
+        row = int(uneven.argmax()) + 2 if step > 0 else 2  # 1-based data rows
+        raise TraceFormatError(
+            f"{path}: t_seconds is not evenly spaced ({step:g} s apart from the first row, "
+            f"{float(steps[row - 2]):g} s before data row {row}); give every window a row"
+        )
+    return step
 
 
 def servegen_gaps(frame: pd.DataFrame) -> np.ndarray:

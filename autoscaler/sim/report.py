@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from autoscaler.sim.metrics import DAY_S, by_day, gpu_hours_by_use
+from autoscaler.sim.metrics import DAY_S, by_day, counted_ttft_s, gpu_hours_by_use
 from autoscaler.sim.runner import Comparison
 
 TABLE_COLUMNS = (
@@ -94,18 +94,18 @@ def timeseries_frame(comparison: Comparison) -> pd.DataFrame:
 
 
 def ttft_percentiles(comparison: Comparison, *, bin_s: float = 60.0) -> pd.DataFrame:
-    """Request-weighted p50/p99 TTFT per `bin_s` of arrival time, per policy."""
+    """Request-weighted p50/p99 TTFT per `bin_s` of arrival time, per policy; a request
+    never served counts as the metrics count it (waiting until the end of the run)."""
     rows = []
     for name, result in comparison.results.items():
         workload = result.workload
-        ttft = np.where(np.isfinite(result.ttft_s), result.ttft_s, np.nan)
         frame = pd.DataFrame(
             {
                 "bin": (workload.arrival_s // bin_s) * bin_s,
-                "ttft": ttft,
+                "ttft": counted_ttft_s(result),
                 "w": workload.requests,
             }
-        ).dropna()
+        )
         for start, group in frame.groupby("bin"):
             order = np.argsort(group["ttft"].to_numpy())
             values = group["ttft"].to_numpy()[order]

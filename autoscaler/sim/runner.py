@@ -82,7 +82,10 @@ def load_workload(
 
 
 def _is_servegen(path: Path) -> bool:
-    return path.suffix == ".csv" and "requests_per_s" in header_columns(path)
+    # compressed too: a .csv.gz was sampled unscaled, then its counts multiplied
+    return path.name.removesuffix(".gz").endswith(".csv") and "requests_per_s" in header_columns(
+        path
+    )
 
 
 def cluster_quota(requirement: dict[str, np.ndarray], settings: SimSettings) -> int | None:

@@ -20,7 +20,12 @@ from numpy.typing import ArrayLike
 
 from autoscaler.sim.errors import TraceError
 from forecasting.errors import TraceFormatError
-from forecasting.traces import azure_arrival_seconds, read_json_lines, servegen_gaps
+from forecasting.traces import (
+    azure_arrival_seconds,
+    read_json_lines,
+    regular_step,
+    servegen_gaps,
+)
 from forecasting.traces import resolve_trace as resolve_shared_trace
 
 logger = logging.getLogger(__name__)
@@ -129,13 +134,17 @@ def load_per_second(path: Path, *, name: str | None = None) -> Workload:
     frame[list(tokens)] = frame[list(tokens)].fillna(0.0)
     count = frame["requests"].to_numpy(dtype=np.float64)
     safe = np.where(count > 0, count, 1.0)
+    # from the first row's second, as the other loaders count from the first request: a
+    # trace in epoch seconds replayed 56 years of silence first
+    seconds = frame["t_seconds"].to_numpy(dtype=np.float64)
+    seconds = seconds - seconds.min() if seconds.size else seconds
     return _build(
         name or path.stem,
-        frame["t_seconds"].to_numpy(dtype=np.float64) + 0.5,
+        seconds + 0.5,
         count,
         frame["input_tokens"].to_numpy(dtype=np.float64) / safe,
         frame["output_tokens"].to_numpy(dtype=np.float64) / safe,
-        float(frame["t_seconds"].max() + 1),
+        float(seconds.max() + 1) if seconds.size else 1.0,
     )
 
 
@@ -177,7 +186,7 @@ def load_servegen(
     so a gap replays as the traffic around it instead of a silence followed by a step.
     """
     frame = read_servegen_windows(path)
-    window_s = float(np.median(np.diff(frame["t_seconds"].to_numpy()))) if len(frame) > 1 else 600
+    window_s = float(np.diff(frame["t_seconds"].to_numpy())[0]) if len(frame) > 1 else 600
     lengths = frame[["mean_input_tokens", "mean_output_tokens"]].ffill().bfill()
     if lengths.isna().any().any():
         raise TraceError(f"{path}: no prompt/output lengths in any window")
@@ -214,6 +223,11 @@ def read_servegen_windows(path: Path) -> pd.DataFrame:
     if steps.size and not (steps > 0).all():
         row = int((steps <= 0).argmax()) + 2
         raise TraceError(f"{path}: t_seconds must increase row by row (data row {row} does not)")
+    if steps.size:
+        try:  # each row is replayed for one window's length
+            regular_step(frame["t_seconds"].to_numpy(dtype=np.float64), path)
+        except TraceFormatError as err:
+            raise TraceError(str(err)) from err
     return frame
 
 

@@ -7,7 +7,7 @@ import numpy as np
 from autoscaler.sim.config import load_settings
 from autoscaler.sim.engine import RunResult, simulate
 from autoscaler.sim.metrics import by_day, measure
-from autoscaler.sim.report import days_table
+from autoscaler.sim.report import days_table, ttft_percentiles
 from autoscaler.sim.runner import Comparison, build_controllers, load_workload, with_quota
 from autoscaler.sim.workload import BUILTIN_PATH, Workload
 
@@ -72,3 +72,17 @@ def test_the_report_table_has_a_row_a_day_and_two_columns_a_policy() -> None:
         ["0", "100.00%", "192.0", "100.00%", "192.0"],
         ["1", "33.33%", "96.0", "100.00%", "96.0"],
     ]
+
+
+def test_the_ttft_per_minute_counts_a_request_never_served_as_the_metrics_do() -> None:
+    # the day's last request never got its first token: the report's per-minute p99 left it
+    # out (a minute of misses drawn as fine) while the table's p99 counted it
+    result = two_days([0.5, 3.0, np.nan])
+    comparison = Comparison(
+        trace="t", scale=1.0, workload=result.workload, results={"p": result},
+        metrics={"p": measure(result)},
+    )  # fmt: skip
+    minutes = ttft_percentiles(comparison).set_index("time_s")
+    waited = 172_800.0 - 100_000.0  # until the end of the run
+    assert minutes.loc[99_960.0, "p99_ttft_s"] == waited
+    assert minutes.loc[0.0, "p99_ttft_s"] == 0.5

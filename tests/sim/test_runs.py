@@ -215,6 +215,44 @@ def test_mooncake_epoch_milliseconds_are_milliseconds_not_dates(tmp_path: Path) 
     assert workload.duration_s == 61.0
 
 
+def test_a_per_second_trace_is_replayed_from_its_first_row(tmp_path: Path) -> None:
+    """The other loaders count from the first request; this one counted from 0, so a trace
+    in epoch seconds asked for decades of empty steps first."""
+    path = tmp_path / "late.csv"
+    header = PER_SECOND.splitlines()[0]
+    path.write_text(header + "\n1700000000,2,20,10\n1700000001,0,,\n1700000002,1,10,5\n")
+    workload = load_trace(path, seed=0)
+    assert workload.arrival_s.tolist() == [0.5, 2.5]
+    assert workload.duration_s == 3.0
+
+
+def test_a_servegen_series_with_a_window_missing_is_refused(tmp_path: Path) -> None:
+    """Each row replays for the series' window length: the median spacing stretched every
+    window of 0, 600, 1800 to 900 s and moved the third."""
+    path = tmp_path / "gap.csv"
+    path.write_text(SERVEGEN + "0,1,10,5\n600,1,10,5\n1800,1,10,5\n")
+    with pytest.raises(
+        TraceError,
+        match=r"t_seconds is not evenly spaced \(600 s apart from the first row, 1200 s before "
+        r"data row 3\); give every window a row",
+    ):
+        load_workload(path, load_settings(), scale=None, name="t")
+
+
+def test_a_compressed_servegen_series_is_sized_as_the_plain_one(tmp_path: Path) -> None:
+    """A `.csv.gz` was sampled at x1 and its counts then multiplied, with another scale."""
+    text = SERVEGEN + "0,1,1000,50\n600,3,1000,50\n1200,2,1000,50\n"
+    plain = tmp_path / "sg.csv"
+    plain.write_text(text)
+    packed = tmp_path / "sg.csv.gz"
+    packed.write_bytes(gzip.compress(text.encode()))
+    settings = load_settings()
+    workload, scale = load_workload(plain, settings, scale=None, name="t")
+    workload_gz, scale_gz = load_workload(packed, settings, scale=None, name="t")
+    assert scale_gz == scale
+    assert workload_gz.requests.tolist() == workload.requests.tolist()
+
+
 def test_a_servegen_series_with_nothing_to_size_by_asks_for_a_scale(tmp_path: Path) -> None:
     path = tmp_path / "quiet.csv"
     path.write_text(SERVEGEN + "0,1,,\n600,2,,\n")
