@@ -5,6 +5,12 @@ Events are de-duplicated the way `kubectl get events` shows them: the same objec
 reason and message make one Event whose `count` and `lastTimestamp` grow, not a new Event
 per tick. The Event name is derived from those four, so the de-duplication also holds across
 a restart or a leader change (the other replica finds the Event and bumps it).
+
+A repeat is written at most once per `min_write_interval_s` (5 minutes, as client-go's spam
+filter refills): a bad annotation held for a day was 5,760 PATCHes of its Event, one a tick;
+now 288, each with the repeats since the last. The count on the server lags by at most that
+interval's repeats. What is remembered of each Event is bounded (client-go's 4,096): scale
+Events carry live numbers, so nearly every one is new, and the memory grew for good.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import socket
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -30,6 +37,8 @@ REPORTING_COMPONENT = "gang-autoscaler"
 NORMAL = "Normal"
 WARNING = "Warning"
 _MAX_MESSAGE = 1024
+MIN_WRITE_INTERVAL_S = 300.0
+MAX_REMEMBERED = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,8 +61,16 @@ def _timestamp(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+@dataclass(slots=True)
+class _Known:
+    written: int  # the count the server has
+    written_at: datetime
+    pending: int = 0  # repeats since, not written yet
+
+
 class EventRecorder:
-    """Creates or bumps Events; counts are cached so a repeat costs one PATCH."""
+    """Creates or bumps Events; counts are cached so a repeat costs one PATCH, at most one
+    per `min_write_interval_s` for each Event."""
 
     def __init__(
         self,
@@ -62,11 +79,21 @@ class EventRecorder:
         instance: str | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
+        min_write_interval_s: float = MIN_WRITE_INTERVAL_S,
+        max_remembered: int = MAX_REMEMBERED,
     ) -> None:
         self._core: Any = TimedApi(client.CoreV1Api(api_client), timeout_s=request_timeout_s)
         self._instance = instance or socket.gethostname()
         self._clock = clock
-        self._counts: dict[tuple[str, str], int] = {}
+        self._min_write_interval_s = min_write_interval_s
+        self._max_remembered = max_remembered
+        self._known: OrderedDict[tuple[str, str], _Known] = OrderedDict()
+
+    def _remember(self, key: tuple[str, str], known: _Known) -> None:
+        self._known[key] = known
+        self._known.move_to_end(key)
+        while len(self._known) > self._max_remembered:
+            self._known.popitem(last=False)
 
     @staticmethod
     def event_name(ref: ObjectRef, *, type_: str, reason: str, message: str) -> str:
@@ -76,32 +103,41 @@ class EventRecorder:
         return f"{ref.name}.{digest}"
 
     async def record(self, ref: ObjectRef, *, type_: str, reason: str, message: str) -> int:
-        """Record one occurrence; returns the Event's count after it."""
+        """Record one occurrence; returns the Event's count after it (written or not yet)."""
         message = message[:_MAX_MESSAGE]
         event_name = self.event_name(ref, type_=type_, reason=reason, message=message)
         cache_key = (ref.namespace, event_name)
-        now = _timestamp(self._clock())
+        moment = self._clock()
+        now = _timestamp(moment)
+        known = self._known.get(cache_key)
+        if known is not None and (
+            0 <= (moment - known.written_at).total_seconds() < self._min_write_interval_s
+        ):
+            known.pending += 1
+            self._known.move_to_end(cache_key)
+            return known.written + known.pending
         try:
-            count = self._counts.get(cache_key)
-            if count is None:
+            if known is None:
                 created, count = await self._create_or_read(
                     ref, event_name, type_, reason, message, now
                 )
                 if created:
-                    self._counts[cache_key] = 1
+                    self._remember(cache_key, _Known(1, moment))
                     return 1
+                known = _Known(count, moment)
+            count = known.written + known.pending + 1
             try:
-                await self._bump(ref.namespace, event_name, count + 1, now)
+                await self._bump(ref.namespace, event_name, count, now)
             except ApiException as err:
                 if err.status != 404:
                     raise
                 # The Event expired (the API server keeps them about an hour): start over.
-                self._counts.pop(cache_key, None)
+                self._known.pop(cache_key, None)
                 _, count = await self._create_or_read(ref, event_name, type_, reason, message, now)
-                self._counts[cache_key] = count
+                self._remember(cache_key, _Known(count, moment))
                 return count
-            self._counts[cache_key] = count + 1
-            return count + 1
+            self._remember(cache_key, _Known(count, moment))
+            return count
         except API_CALL_ERRORS as err:
             raise KubeApiError(
                 f"recording Event {reason} on {ref.namespace}/{ref.name}: {describe(err)}",

@@ -37,7 +37,8 @@ def test_camel_reason():
 
 async def test_repeats_bump_one_event_like_kubectl_shows_and_survive_a_restart():
     async with FakeKube.start() as kube, kube.api_client() as api:
-        recorder = EventRecorder(api, instance="a", clock=Clock())
+        # every repeat written (the default coalesces those within 5 minutes, below)
+        recorder = EventRecorder(api, instance="a", clock=Clock(), min_write_interval_s=0)
         for _ in range(3):
             await recorder.record(REF, type_="Warning", reason="InvalidPolicy", message="bad")
         await recorder.record(REF, type_="Warning", reason="InvalidPolicy", message="worse")
@@ -51,7 +52,7 @@ async def test_repeats_bump_one_event_like_kubectl_shows_and_survive_a_restart()
 
         # A new instance (restart, or the other replica after a leader change) finds the
         # Event by its name and keeps counting instead of starting a second one.
-        restarted = EventRecorder(api, instance="b", clock=Clock())
+        restarted = EventRecorder(api, instance="b", clock=Clock(), min_write_interval_s=0)
         assert (
             await restarted.record(REF, type_="Warning", reason="InvalidPolicy", message="bad") == 4
         )
@@ -62,6 +63,43 @@ async def test_repeats_bump_one_event_like_kubectl_shows_and_survive_a_restart()
             await recorder.record(REF, type_="Warning", reason="InvalidPolicy", message="bad") == 1
         )
         assert len(kube.objects("events", NS)) == 2
+
+
+async def test_repeats_within_five_minutes_are_written_together():
+    """A bad annotation held for a day was one PATCH a tick (5,760); the repeats of each
+    5 minutes are now one, with the count they add up to."""
+    async with FakeKube.start() as kube, kube.api_client() as api:
+        recorder = EventRecorder(api, instance="a", clock=Clock())  # 15 s a call
+
+        async def bad() -> int:
+            return await recorder.record(
+                REF, type_="Warning", reason="InvalidPolicy", message="bad"
+            )
+
+        counts = [await bad() for _ in range(20)]  # 15 s to 300 s
+        assert counts == list(range(1, 21))
+        (event,) = kube.objects("events", NS)
+        assert event["count"] == 1  # created at 15 s; 19 repeats within 5 minutes wait
+        assert kube.requests("PATCH", "/events/") == []
+        assert await bad() == 21  # 315 s: 5 minutes after the write
+        (event,) = kube.objects("events", NS)
+        assert event["count"] == 21 and len(kube.requests("PATCH", "/events/")) == 1
+
+
+async def test_what_is_remembered_of_events_is_bounded():
+    async with FakeKube.start() as kube, kube.api_client() as api:
+        recorder = EventRecorder(
+            api, instance="a", clock=Clock(), min_write_interval_s=0, max_remembered=2
+        )
+        for message in ("one", "two", "three", "one"):
+            await recorder.record(REF, type_="Normal", reason="Scaled", message=message)
+        # "one" was forgotten for "three": read back from its Event, and counted on
+        assert {e["message"]: e["count"] for e in kube.objects("events", NS)} == {
+            "one": 2,
+            "two": 1,
+            "three": 1,
+        }
+        assert len(recorder._known) == 2
 
 
 async def test_client_from_an_explicit_kubeconfig(tmp_path):
