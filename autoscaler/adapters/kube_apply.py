@@ -132,6 +132,8 @@ class Actuator:
         self._namespaces = namespaces
         # When this process first saw each balloon gang split, per component (plan_balloons)
         self._balloon_split_seen: dict[ComponentKey, tuple[tuple[int, float], ...]] = {}
+        # Components told they hold on missing data, until their data comes back
+        self._told_missing: set[ComponentKey] = set()
 
     def forget_balloon_sightings(self) -> None:
         """Start a leadership term from what is observed: another leader may have replaced
@@ -194,6 +196,7 @@ class Actuator:
         # an LWS gone from the cluster takes its sightings with it
         for gone in self._balloon_split_seen.keys() - state.components.keys():
             del self._balloon_split_seen[gone]
+        self._told_missing &= state.components.keys()
 
         async def apply_one(key: ComponentKey, comp: ComponentState) -> None:
             plan = gang_plan.components.get(key)
@@ -310,6 +313,8 @@ class Actuator:
                 ),
             )
 
+        await self._tell_missing_data(ref, plan, notes, dry=dry)
+
         outcome: ScaleOutcome | None = None
         if plan.changes_replicas and not dry:
             self._check_leader()
@@ -387,6 +392,29 @@ class Actuator:
                 )
         errors = scale_errors + (tuple(result.failed) if result else ())
         return ComponentApplied(key, dry, outcome, balloon_plan, result, tuple(notes), errors)
+
+    async def _tell_missing_data(
+        self, ref: ObjectRef, plan: ComponentPlan, notes: list[str], *, dry: bool
+    ) -> None:
+        """A Warning Event when a component starts holding on missing data (no signal, or
+        one missing where a scale-down would need it), once for each such stretch: Prometheus
+        down for an hour is one Event per component, not one a tick."""
+        held = next((s for s in plan.steps if s.reason is Reason.HOLD_MISSING_DATA), None)
+        if held is None:
+            self._told_missing.discard(plan.key)
+            return
+        if dry or plan.key in self._told_missing:
+            return
+        await self._event(
+            ref,
+            notes,
+            type_=WARNING,
+            reason=camel_reason(Reason.HOLD_MISSING_DATA.value),
+            message=(
+                f"not scaling down from {plan.current_gangs} gangs on missing data: {held.detail}"
+            ),
+        )
+        self._told_missing.add(plan.key)
 
     async def _report_scale(
         self,

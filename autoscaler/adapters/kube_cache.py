@@ -101,6 +101,11 @@ class WatchCache:
         # it is listed again every watch timeout, and `unavailable` says why it is empty.
         self._optional = optional
         self.unavailable: str | None = None
+        # 410 Gone answers in a row with no event between: one is a watch that outlived the
+        # server's history, and is listed again at once; more is a watch expiring right
+        # after each list (a proxy, a compaction racing the list), listed again after a
+        # growing delay instead of as fast as the server answers
+        self._gone = 0
 
     def items(self) -> list[dict[str, Any]]:
         return list(self._objects.values())
@@ -198,6 +203,7 @@ class WatchCache:
         try:
             async for event in stream:
                 events += 1
+                self._gone = 0
                 kind = event["type"]
                 obj = event["raw_object"]
                 if kind in ("ADDED", "MODIFIED"):
@@ -235,7 +241,21 @@ class WatchCache:
             except ApiException as err:
                 need_list = True
                 if err.status == 410:
-                    log.info("%s watch expired (410 Gone); listing again", self.name)
+                    self._gone += 1
+                    if self._gone == 1:
+                        log.info("%s watch expired (410 Gone); listing again", self.name)
+                        continue
+                    delay_s = min(
+                        self._retry_delay_s * 2.0 ** (self._gone - 2), self._max_retry_delay_s
+                    )
+                    log.warning(
+                        "%s watch expired again right after its list (410 Gone, %d in a row); "
+                        "listing again in %gs",
+                        self.name,
+                        self._gone,
+                        delay_s,
+                    )
+                    await asyncio.sleep(delay_s)
                     continue
                 delay_s = self._failed(f"{err.status} {err.reason}")
                 log.warning(

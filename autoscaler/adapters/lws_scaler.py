@@ -120,10 +120,11 @@ class LwsScaler:
         self, key: ComponentKey, target: ScaleTarget | None = None
     ) -> str | None:
         """Name of an HPA whose scaleTargetRef is `target` (by default the LWS), if any (None
-        also when the autoscaling/v2 API is not served, or answers with an error, e.g. RBAC
-        without the HPA list). Raises `HpaUnknown` when the list got no answer at all: an API
-        server that does not answer cannot say there is no HPA, and writing then would fight
-        one."""
+        also when the autoscaling/v2 API is not served, or RBAC refuses the HPA list: 404,
+        403). Raises `HpaUnknown` when the list got no answer, or one that says nothing
+        about HPAs (429 throttled, 5xx, 401): such an API server cannot say there is no HPA,
+        and writing then would fight one (it reverts the write, and the next tick holds on
+        "another writer" for 10 minutes, a gang started and killed)."""
         target = target or ScaleTarget.lws(key.lws)
         try:
             hpas = await self._autoscaling.list_namespaced_horizontal_pod_autoscaler(
@@ -138,7 +139,7 @@ class LwsScaler:
             finally:
                 hpas.release()
         except API_CALL_ERRORS as err:
-            if status_of(err) is None:
+            if status_of(err) not in (403, 404):
                 raise HpaUnknown(
                     f"listing HorizontalPodAutoscalers in {key.namespace}: {describe(err)}; "
                     f"cannot tell whether one targets {target}"

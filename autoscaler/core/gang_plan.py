@@ -74,7 +74,10 @@ class ComponentPlan:
     reason: Reason  # the stage that decided desired_gangs
     balloon_gangs: int
     balloon_reason: Reason
-    hold: bool = False  # True: do not change replicas this tick (missing data, bad policy)
+    # True: replicas unchanged this tick whatever the stages say (a bad policy, a stale view
+    # of the cluster). Missing signals hold through the reactive stage instead
+    # (HOLD_MISSING_DATA: no scale-down), which the forecast floor or bounds may still raise.
+    hold: bool = False
     steps: tuple[Step, ...] = ()
     # group indexes of partial gangs past their timeout that this plan scales away
     rolled_back_groups: tuple[int, ...] = ()

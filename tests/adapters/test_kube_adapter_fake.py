@@ -453,6 +453,36 @@ async def test_an_hpa_list_with_no_answer_writes_nothing(kube, api):
     assert spec_replicas(kube, "llama-decode") == 1
 
 
+@pytest.mark.parametrize(
+    ("code", "writes"),
+    [
+        pytest.param(503, False, id="unavailable-says-nothing-of-hpas"),
+        pytest.param(429, False, id="throttled-says-nothing-of-hpas"),
+        pytest.param(500, False, id="server-error-says-nothing-of-hpas"),
+        pytest.param(403, True, id="rbac-without-the-hpa-list-writes"),
+    ],
+)
+async def test_an_hpa_list_answered_with_an_error_writes_only_when_rbac_refused_it(
+    kube, adapter, code, writes
+):
+    """A 429 or 5xx was taken for "no HPA": the write went over an HPA's target, which the
+    HPA reverted, and the next tick held 10 minutes on "another writer"."""
+    add_gpu_nodes(kube, 8)
+    add_pd(kube)
+    await settle(adapter, kube)
+    kube.inject_fault(code=code, method="GET", path_contains="horizontalpodautoscalers")
+    plan = GangPlan({DECODE: component_plan(DECODE, current=1, desired=2)})
+    report = await adapter.apply(plan, adapter.snapshot(now_s=time.time()), dry_run=False)
+    outcome = report.components[DECODE].scale
+    if writes:
+        assert outcome.result is ScaleResult.SCALED
+        assert spec_replicas(kube, "llama-decode") == 2
+    else:
+        assert outcome.result is ScaleResult.FAILED
+        assert f"{code}" in outcome.detail and "cannot tell whether one targets" in outcome.detail
+        assert kube.requests("PATCH", "/scale") == []
+
+
 async def test_a_refused_scale_write_is_an_error_as_well_as_an_event(kube, adapter):
     """A 403 on `/scale` (RBAC without patch, a webhook) was only a ScaleFailed Event: no
     error for the loop to count in `errors_total` or log, and the same RBAC mistake can keep
@@ -840,7 +870,8 @@ async def test_a_manual_scale_is_reported_not_fought(kube, adapter, api):
     assert spec_replicas(kube, "llama-decode") == 4
     (warning,) = events(kube, "AnotherWriter")
     assert warning["type"] == "Warning" and "from 2 (our last write) to 4" in warning["message"]
-    assert warning["count"] == 2  # the held second pass bumps the same Event
+    # the held second pass is the same Event, its repeat waiting out 5 minutes (kube_events)
+    assert warning["count"] == 1 and kube.requests("PATCH", "/events/") == []
     # A new leadership term (after an API server blip, say) keeps respecting the operator.
     adapter.scaler.forget_writes()
     report = await adapter.apply(
@@ -912,9 +943,40 @@ async def test_a_rejected_annotation_makes_one_warning_event_and_no_scale_change
     ]
     assert len(warnings) == 1
     (warning,) = warnings
-    assert warning["type"] == "Warning" and warning["count"] == 3
+    # three ticks within 5 minutes: one write, the repeats wait (kube_events.py)
+    assert warning["type"] == "Warning" and warning["count"] == 1
+    assert kube.requests("PATCH", "/events/") == []
     assert "gang-autoscaler.io/max-replicas" in warning["message"]
     assert warning["lastTimestamp"] >= warning["firstTimestamp"]
+
+
+async def test_a_hold_on_missing_data_is_told_once_a_stretch(kube, adapter):
+    add_gpu_nodes(kube, 4)
+    add_pd(kube)
+    await settle(adapter, kube)
+    state = adapter.snapshot(now_s=time.time())
+    missing = {
+        k: Signals(missing_reasons={"waiting_requests": "prometheus: timeout"})
+        for k in (PREFILL, DECODE)
+    }
+    present = {k: Signals(waiting_requests=4.0, kv_usage_fraction=0.5) for k in (PREFILL, DECODE)}
+
+    async def tick(signals: dict[ComponentKey, Signals], now: float) -> tuple[str, ...]:
+        plan, _ = core_plan(state.observations(signals), state.policies, {}, Memory(), now=now)
+        report = await adapter.apply(plan, state, dry_run=False)
+        return report.components[DECODE].events
+
+    told = await tick(missing, 0.0)
+    assert told == (
+        "Warning HoldMissingData: not scaling down from 1 gangs on missing data: no signal "
+        "(waiting_requests: prometheus: timeout; kv_usage_fraction: no data)",
+    )
+    assert await tick(missing, 15.0) == ()  # the same stretch: told already
+    held = {e["involvedObject"]["name"]: e for e in events(kube, "HoldMissingData")}
+    assert sorted(held) == ["llama-decode", "llama-prefill"]  # one Event each
+    assert held["llama-decode"]["type"] == "Warning" and held["llama-decode"]["count"] == 1
+    assert await tick(present, 30.0) == ()
+    assert len(await tick(missing, 45.0)) == 1  # a new stretch is told again
 
 
 @pytest.mark.parametrize("marked", ["true", "yes"])  # spelled as the policy reads it
@@ -1263,6 +1325,21 @@ async def test_caches_relist_after_410_gone_and_see_later_changes(kube, adapter)
     }
     stored = {(p["metadata"]["name"], p["metadata"]["uid"]) for p in kube.objects("pods", NS)}
     assert cached == stored
+
+
+async def test_a_watch_that_expires_after_every_list_is_listed_again_with_a_backoff(kube, adapter):
+    """Every watch answering 410 Gone was a cluster-wide list as fast as the server
+    answered (39 node lists in 3 s), and nothing but INFO lines said so."""
+    add_gpu_nodes(kube, 2)
+    await settle(adapter, kube)
+    lists_before = adapter.nodes.lists
+    kube.inject_fault(code=410, method="GET", path_contains="watch=", times=100_000)
+    kube.expire_watches()
+    await asyncio.sleep(3.0)
+    kube.faults.clear()
+    # one list at once, then after 1 s and 2 s (the cache's base retry delay doubling)
+    assert 2 <= adapter.nodes.lists - lists_before <= 3
+    assert adapter.stale_view() is None  # each list works: the view is current
 
 
 async def _running(cache: WatchCache) -> asyncio.Task[None]:
