@@ -77,11 +77,17 @@ class TickRecord:
 
 
 def component_labels(state: KubeState, key: ComponentKey) -> ComponentLabels:
+    """The labels of a component's series. An LWS held on a policy problem reports under
+    its own name as the deployment: two of them in one deployment (both roles of a
+    DisaggregatedSet mid-rollout, two LWS claiming one component) shared one series, last
+    write wins, and two `component_info` series for one (namespace, deployment, component)
+    broke every alert that joins on it, for the whole cluster."""
     found = state.components[key].discovered
     policy = found.policy
+    shared = found.deployment if found.usable else None
     return ComponentLabels(
         namespace=key.namespace,
-        deployment=found.deployment.name if found.deployment else key.lws,
+        deployment=shared.name if shared is not None else key.lws,
         component=policy.component.value if policy else "unknown",
         lws=key.lws,
     )

@@ -39,7 +39,12 @@ from autoscaler.service.app import (
     kube_request_timeout,
     lease_timing,
 )
-from autoscaler.service.control_loop import TickRecord, plan_isolated, seed_memory
+from autoscaler.service.control_loop import (
+    TickRecord,
+    component_labels,
+    plan_isolated,
+    seed_memory,
+)
 from autoscaler.service.decisions_view import decisions_view
 from autoscaler.service.forecasts import DemandForecasts
 from autoscaler.service.http_api import HttpServer, Probe
@@ -619,3 +624,30 @@ async def test_back_fills_cannot_take_the_threads_the_tick_queries_need() -> Non
             release.set()
             await asyncio.gather(*backfills, return_exceptions=True)
             source.close()
+
+
+def test_lws_held_on_a_policy_problem_report_under_their_own_names() -> None:
+    # two decode LWS in one deployment (as both generations of a DisaggregatedSet role are
+    # mid-rollout): both held, and under one (namespace, deployment, component) their series
+    # were one, and the alerts joining on `component_info` failed for the whole cluster
+    on = {"gang-autoscaler.io/enabled": "true", "gang-autoscaler.io/deployment": "llama"}
+    lws = [
+        vllm_lws(
+            name="llama-prefill", annotations={**on, "gang-autoscaler.io/component": "prefill"}
+        ),
+        vllm_lws(name="llama-decode", annotations={**on, "gang-autoscaler.io/component": "decode"}),
+        vllm_lws(
+            name="llama-decode-2", annotations={**on, "gang-autoscaler.io/component": "decode"}
+        ),
+    ]
+    state = build_state(lws_objects=lws, pods=[], nodes=[], now_s=0.0)
+    labels = {key.lws: component_labels(state, key) for key in state.components}
+    assert {k.lws for k in state.problems} == {"llama-decode", "llama-decode-2"}
+    assert {n: (lb.deployment, lb.component) for n, lb in labels.items()} == {
+        "llama-prefill": ("llama", "prefill"),
+        "llama-decode": ("llama-decode", "decode"),
+        "llama-decode-2": ("llama-decode-2", "decode"),
+    }
+    # a usable deployment keeps its name
+    usable = build_state(lws_objects=lws[:2], pods=[], nodes=[], now_s=0.0)
+    assert {component_labels(usable, k).deployment for k in usable.components} == {"llama"}
