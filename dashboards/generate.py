@@ -423,10 +423,12 @@ def controller_dashboard() -> dict[str, Any]:
         timeseries(
             2,
             "Seconds since last tick",
-            "Grows without bound when the loop is stuck; /healthz fails soon after.",
+            "Grows without bound when the loop is stuck; /healthz fails soon after. No line "
+            "before a replica's first tick (its timestamp is 0 until then).",
             [
                 (
-                    "time() - max by (instance) (gang_autoscaler_last_tick_timestamp_seconds)",
+                    "time() - (max by (instance) (gang_autoscaler_last_tick_timestamp_seconds) "
+                    "> 0)",
                     "{{instance}}",
                 )
             ],

@@ -16,7 +16,7 @@ import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from autoscaler.adapters.prometheus_restore import (
@@ -75,6 +75,9 @@ class ServiceMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
+        # process_start_time_seconds (a restart loop: the GangAutoscalerRestarting alert),
+        # resident memory against the container's limit, CPU seconds, open file descriptors
+        ProcessCollector(registry=r)
 
         self.component_info = Gauge(
             PREFIX + "component_info",

@@ -35,6 +35,7 @@ ALERTS = {
     "GangAutoscalerDown",
     "GangAutoscalerNoLeader",
     "GangAutoscalerTickStalled",
+    "GangAutoscalerRestarting",
     "GangAutoscalerClusterViewStale",
     "GangAutoscalerPartialGangs",
     "GangAutoscalerErrors",
@@ -99,6 +100,7 @@ def test_the_for_durations_are_the_documented_defaults(rule: dict[str, Any]) -> 
         "GangAutoscalerDown": "5m",
         "GangAutoscalerNoLeader": "5m",
         "GangAutoscalerTickStalled": "2m",
+        "GangAutoscalerRestarting": "1m",
         "GangAutoscalerClusterViewStale": "2m",
         "GangAutoscalerPartialGangs": "15m",
         "GangAutoscalerErrors": "30m",
@@ -119,7 +121,7 @@ def test_every_metric_is_one_the_service_exports(rule: dict[str, Any]) -> None:
     exported = _service_metric_names()
     used = set()
     for alert in alert_rules(rule).values():
-        used.update(re.findall(r"\bgang_autoscaler_[a-z_]+", alert["expr"]))
+        used.update(re.findall(r"\b(?:gang_autoscaler|process)_[a-z_]+", alert["expr"]))
     assert used, "the alerts read no gang_autoscaler_* series"
     assert used <= exported, f"not exported by the service: {sorted(used - exported)}"
 
@@ -144,6 +146,7 @@ def test_thresholds_follow_the_values(chart: helm.Chart, rule: dict[str, Any]) -
                 "down": "10m",
                 "noLeader": "1m",
                 "tickStalled": "0s",
+                "restarting": "5m",
                 "clusterViewStale": "1h30m",
                 "partialGangs": "30m",
                 "errors": "2h",
@@ -156,6 +159,7 @@ def test_thresholds_follow_the_values(chart: helm.Chart, rule: dict[str, Any]) -
     assert alerts["GangAutoscalerClusterViewStale"]["for"] == "1h30m"
     assert alerts["GangAutoscalerErrors"]["for"] == "2h"
     assert alerts["GangAutoscalerNoLeader"]["for"] == "1m"
+    assert alerts["GangAutoscalerRestarting"]["for"] == "5m"
     for alert in alerts.values():
         assert 'job="gang-autoscaler-metrics"' in alert["expr"], alert["alert"]
         assert JOB not in alert["expr"], alert["alert"]
@@ -292,6 +296,10 @@ def _last_tick(pod: str) -> dict[str, str]:
     return replica.series("gang_autoscaler_last_tick_timestamp_seconds")
 
 
+def _started(pod: str) -> dict[str, str]:
+    return Replica(pod).series("process_start_time_seconds")
+
+
 def _watch(pod: str, cache: str) -> dict[str, str]:
     replica = Replica(pod)
     replica.metrics.observe_watch_caches({"leaderworkersets": 0.0, "pods": 0.0, "nodes": 0.0})
@@ -413,6 +421,29 @@ CASES = [
             {"5m": [], "15m": []},
         ),
         id="healthy-ticking",
+    ),
+    # -- restarting: the process started twice or more within 15m, for 1m
+    pytest.param(
+        Case(
+            "GangAutoscalerRestarting",
+            # A's loop hangs after each start and the kubelet restarts it about every 2
+            # minutes (a scrape missed at each restart); B runs on
+            [
+                (_started(A), "1000x4 1300 1300 stale 1420 1420 stale 1540 1540 stale 1660x6"),
+                (_started(B), "1000x20"),
+            ],
+            {"6m": [], "9m": [alert_labels(_started(A))]},
+        ),
+        id="restarting-in-a-loop",
+    ),
+    pytest.param(
+        Case(
+            "GangAutoscalerRestarting",
+            # one restart (a node drained, an OOM once), then a rollout to a new pod
+            [(_started(A), "1000x5 1300x5 stale"), (_started(B), "_x11 2000x8")],
+            {"8m": [], "12m": [], "19m": []},
+        ),
+        id="healthy-one-restart-and-a-rollout",
     ),
     # -- cluster view stale: a watch cache failing past watchStalenessLimit (60s), for 2m
     pytest.param(
@@ -607,6 +638,13 @@ LAST_TICK = f"gang_autoscaler_last_tick_timestamp_seconds{SERVICE_SELECTOR}"
             f"max({LAST_TICK})",
             "tick-stalled-on-one-replica",
             id="stalled-hidden-by-max-over-replicas",
+        ),
+        pytest.param(
+            "GangAutoscalerRestarting",
+            ">= 2",
+            ">= 4",
+            "restarting-in-a-loop",
+            id="restarts-counted-too-late",
         ),
         pytest.param(
             "GangAutoscalerClusterViewStale",
