@@ -154,15 +154,21 @@ class KubeAdapter:
     def stale_view(self) -> str | None:
         """Why the snapshot cannot be trusted, or None: each cache that has heard nothing
         current for longer than the watch staleness limit since its listing or watching
-        failed. The text names the limit, not the growing age."""
+        failed. The text names the limit, not the growing age. The RoleScalers are not
+        among them: only the components of DisaggregatedSet roles scale through those, and
+        they alone hold when that view is stale (`snapshot`); a 503 from their API (a CRD
+        being installed, a broken conversion webhook) held every LWS of the cluster."""
+        stale = [self._stale(cache) for cache in self.caches if cache is not self.role_scalers]
+        return "; ".join(s for s in stale if s) or None
+
+    def _stale(self, cache: WatchCache) -> str | None:
         limit_s = self.watch_staleness_limit_s
-        stale = [
+        if cache.failing_for_s() <= limit_s:
+            return None
+        return (
             f"{cache.name}: list and watch failing for more than {limit_s:g}s "
             f"(last error: {cache.last_error})"
-            for cache in self.caches
-            if cache.failing_for_s() > limit_s
-        ]
-        return "; ".join(stale) or None
+        )
 
     async def ensure_priority_class(self) -> str:
         """Create the balloon PriorityClass if needed (call once as leader). While it has
@@ -198,6 +204,7 @@ class KubeAdapter:
             parse_cache=self._parse_cache,
             role_scalers=self.role_scalers.items(),
             role_scalers_error=self.role_scalers.unavailable,
+            role_scalers_stale=self._stale(self.role_scalers),
             balloon_image=self._balloon_image,
         )
 

@@ -183,6 +183,17 @@ def static_role(
     return PolicyProblem(PREFIX + "enabled", None, message)
 
 
+def stale_role_scalers(ds_name: str, role: str | None, *, why: str) -> PolicyProblem:
+    """An opted-in LWS of a DisaggregatedSet role while the RoleScalers' view is stale."""
+    return PolicyProblem(
+        PREFIX + "enabled",
+        None,
+        f"this LWS is role {role or '(unlabelled)'} of DisaggregatedSet {ds_name}, scaled "
+        f"through its DisaggregatedSetRoleScaler, whose view is stale ({why}): its count "
+        "may no longer be true; the component holds until they are listed again",
+    )
+
+
 def _controls(owner: Controller, obj: Obj) -> bool:
     """`obj` (a RoleScaler) is controlled by the same DisaggregatedSet as the LWS."""
     its = controller_of(obj)
@@ -294,6 +305,7 @@ def _scale_through_owner(
     *,
     role_scalers: Mapping[tuple[str, str], Obj],
     scalers_error: str | None,
+    scalers_stale: str | None = None,
 ) -> None:
     """Point an owned LWS's scale target at its role's RoleScaler, or give it its problem
     (and no policy: the component and its deployment hold)."""
@@ -306,6 +318,10 @@ def _scale_through_owner(
         item["policy"] = None
         return
     role = role_of(lws, owner)
+    if scalers_stale is not None:
+        item["problems"].insert(0, stale_role_scalers(owner.name, role, why=scalers_stale))
+        item["policy"] = None
+        return
     scaler = None
     if role is not None:
         scaler = role_scalers.get((key.namespace, role_scaler_name(owner.name, role)))
@@ -352,13 +368,16 @@ def discover(
     cache: ParseCache | None = None,
     role_scalers: Iterable[Obj] = (),
     role_scalers_error: str | None = None,
+    role_scalers_stale: str | None = None,
 ) -> dict[ComponentKey, DiscoveredComponent]:
     """Every LWS with `gang-autoscaler.io/enabled: "true"` in `namespaces` (None: all).
 
     `default_annotations` (the operator's defaults, e.g. the chart's buffer bounds) apply
     where the LWS does not set the annotation itself. `role_scalers` are the
     DisaggregatedSetRoleScalers seen; `role_scalers_error` says why there are none to see
-    (their API is not served, or not readable), for the problem of a role's LWS.
+    (their API is not served, or not readable), for the problem of a role's LWS;
+    `role_scalers_stale` says why what was seen of them can no longer be trusted, and holds
+    every role's LWS (and only those).
     """
     scalers = {
         (str(meta(s).get("namespace", "")), str(meta(s).get("name", ""))): s for s in role_scalers
@@ -392,7 +411,12 @@ def discover(
             "uid": metadata.get("uid"),
             "scale_target": ScaleTarget.lws(key.lws),
         }
-        _scale_through_owner(found[key], role_scalers=scalers, scalers_error=role_scalers_error)
+        _scale_through_owner(
+            found[key],
+            role_scalers=scalers,
+            scalers_error=role_scalers_error,
+            scalers_stale=role_scalers_stale,
+        )
 
     if cache is not None:
         cache.keep_only(seen)

@@ -110,6 +110,7 @@ def build_state(
     parse_cache: ParseCache | None = None,
     role_scalers: Iterable[Obj] = (),
     role_scalers_error: str | None = None,
+    role_scalers_stale: str | None = None,
     balloon_image: str = PAUSE_IMAGE,
 ) -> KubeState:
     pod_list = list(pods)
@@ -131,6 +132,7 @@ def build_state(
         cache=parse_cache,
         role_scalers=role_scalers,
         role_scalers_error=role_scalers_error,
+        role_scalers_stale=role_scalers_stale,
     ).items():
         lws_pods = by_lws.get((key.namespace, key.lws), [])
         balloons = tuple(balloons_by_lws.get((key.namespace, key.lws), ()))

@@ -8,6 +8,7 @@ them.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator
@@ -18,6 +19,7 @@ import yaml
 from autoscaler.adapters.kube_adapter import KubeAdapter
 from autoscaler.adapters.lws_scaler import ScaleResult
 from autoscaler.core.gang_plan import GangPlan
+from autoscaler.core.model import ComponentKey
 from tests.adapters.test_kube_adapter_fake import (
     DECODE,
     NS,
@@ -183,3 +185,36 @@ async def test_a_static_role_is_held_with_an_event_that_says_how_to_scale_it(
         "llama-prefill",
     ]
     assert all("set `scaling.mode: External`" in e["message"] for e in warned)
+
+
+async def test_a_failing_role_scaler_api_holds_the_roles_only(role_kube) -> None:
+    """A 503 from the RoleScaler API (a CRD being installed, a broken conversion webhook)
+    made the whole view stale: every LWS of the cluster held, and /readyz failed."""
+    add_gpu_nodes(role_kube, 6)
+    add_role_set(role_kube)
+    role_kube.apply(lws_manifest("plain", replicas=1, annotations=ON))
+    async with role_kube.api_client() as api:
+        adapter = KubeAdapter(
+            api, watch_timeout_s=2, watch_staleness_limit_s=3, event_instance="test-0"
+        )
+        await adapter.start(sync_timeout_s=5)
+        try:
+            await settle(adapter, role_kube)
+            role_kube.inject_fault(
+                code=503, path_contains="disaggregatedsetrolescalers", times=10_000
+            )
+            role_kube.expire_watches()
+            async with asyncio.timeout(15):
+                while adapter.role_scalers.failing_for_s() <= 3:
+                    await asyncio.sleep(0.2)
+            assert adapter.stale_view() is None
+            state = adapter.snapshot(now_s=time.time())
+            assert state.components[ComponentKey(NS, "plain")].discovered.usable
+            (problem,) = state.problems[DECODE]
+            assert "scaled through its DisaggregatedSetRoleScaler, whose view is stale" in str(
+                problem
+            )
+            assert "503" in str(problem)
+        finally:
+            role_kube.faults.clear()
+            await adapter.close()

@@ -302,7 +302,9 @@ def _started(pod: str) -> dict[str, str]:
 
 def _watch(pod: str, cache: str) -> dict[str, str]:
     replica = Replica(pod)
-    replica.metrics.observe_watch_caches({"leaderworkersets": 0.0, "pods": 0.0, "nodes": 0.0})
+    replica.metrics.observe_watch_caches(
+        {"leaderworkersets": 0.0, "pods": 0.0, "nodes": 0.0, "disaggregatedsetrolescalers": 0.0}
+    )
     return replica.series("gang_autoscaler_watch_failing_seconds", cache=cache)
 
 
@@ -469,6 +471,15 @@ CASES = [
             {"6m": [], "15m": []},
         ),
         id="healthy-watch-failing-up-to-the-limit",
+    ),
+    pytest.param(
+        Case(
+            "GangAutoscalerClusterViewStale",
+            # the RoleScalers' view holds the DisaggregatedSet roles only (a policy problem)
+            [(_watch(A, "disaggregatedsetrolescalers"), "0 0 60+60x18")],
+            {"6m": [], "15m": []},
+        ),
+        id="healthy-role-scalers-failing",
     ),
     # -- partial gangs for 15m
     pytest.param(
