@@ -358,8 +358,10 @@ class Service:
         if record is None:
             age_s = time.monotonic() - self._started_mono
             return Probe(age_s < limit_s + 30.0, {"ticks": 0, "since_start_s": round(age_s, 3)})
-        finished_s = record.started_at_s + record.duration_s
-        age_s = self._clock() - finished_s
+        if record.finished_mono_s is not None:
+            age_s = time.monotonic() - record.finished_mono_s
+        else:
+            age_s = self._clock() - (record.started_at_s + record.duration_s)
         return Probe(
             age_s < limit_s,
             {

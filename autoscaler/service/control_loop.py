@@ -68,6 +68,9 @@ class TickRecord:
     leader: bool
     dry_run: bool
     outcome: str  # "ok", or why the tick stopped early
+    # when it finished on the monotonic clock: /healthz ages ticks by it, so a step of the
+    # wall clock neither hides a stalled loop (back) nor restarts a healthy one (forward)
+    finished_mono_s: float | None = None
     state: KubeState | None = None
     signals: Mapping[ComponentKey, Signals] = field(default_factory=dict)
     forecasts: Mapping[ComponentKey, Forecast] = field(default_factory=dict)
@@ -245,11 +248,13 @@ class ControlLoop:
             outcome = f"error: {err!r}"
             self._metrics.count_error("tick")
             log.exception("tick %d failed in %s", self.ticks, parts.get("phase"))
-        duration_s = time.monotonic() - started_mono
+        finished_mono = time.monotonic()
+        duration_s = finished_mono - started_mono
         record = TickRecord(
             number=self.ticks,
             started_at_s=started_s,
             duration_s=duration_s,
+            finished_mono_s=finished_mono,
             cpu_s=time.process_time() - started_cpu,
             leader=leader,
             dry_run=self.dry_run,

@@ -651,3 +651,37 @@ def test_lws_held_on_a_policy_problem_report_under_their_own_names() -> None:
     # a usable deployment keeps its name
     usable = build_state(lws_objects=lws[:2], pods=[], nodes=[], now_s=0.0)
     assert {component_labels(usable, k).deployment for k in usable.components} == {"llama"}
+
+
+@pytest.mark.parametrize(
+    ("wall_step_s", "mono_age_s", "healthy"),
+    [
+        pytest.param(-86_400.0, 300.0, False, id="clock-back-a-day-hides-no-stall"),
+        pytest.param(+86_400.0, 5.0, True, id="clock-ahead-a-day-restarts-nothing"),
+        pytest.param(0.0, 5.0, True, id="ticking"),
+        pytest.param(0.0, 300.0, False, id="stalled"),
+    ],
+)
+def test_health_ages_the_last_tick_on_the_monotonic_clock(
+    wall_step_s: float, mono_age_s: float, healthy: bool
+) -> None:
+    """A tick's age was the wall clock's now minus its wall-clock finish: a step back of a
+    day kept a stalled loop healthy for a day; a step ahead failed the probe of a healthy
+    one, and the kubelet restarted it."""
+    from types import SimpleNamespace
+
+    from autoscaler.service.app import Service
+
+    finished_wall = 1_000_000.0
+    record = TickRecord(
+        number=3, started_at_s=finished_wall - 0.1, duration_s=0.1, cpu_s=0.1, leader=True,
+        dry_run=False, outcome="ok", finished_mono_s=time.monotonic() - mono_age_s,
+    )  # fmt: skip
+    service = SimpleNamespace(
+        loop=SimpleNamespace(last=record, ticks=3),
+        tick_s=15.0,
+        deadline_s=15.0,
+        _clock=lambda: finished_wall + mono_age_s + wall_step_s,
+    )
+    probe = Service.health(service)  # type: ignore[arg-type]
+    assert probe.ok is healthy
