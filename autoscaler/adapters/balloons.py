@@ -19,6 +19,7 @@ import hashlib
 import itertools
 import json
 import logging
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -452,6 +453,10 @@ class BalloonResult:
     failed: tuple[str, ...]  # one line per failed gang or pod
 
 
+CREATE_RETRY_S = 15.0
+MAX_CREATE_RETRY_S = 300.0
+
+
 class BalloonWriter:
     """Carries out a `BalloonPlan` through the API, one whole gang at a time."""
 
@@ -462,9 +467,16 @@ class BalloonWriter:
         image: str = PAUSE_IMAGE,
         request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
         may_write: Callable[[], bool] = lambda: True,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._core: Any = TimedApi(client.CoreV1Api(api_client), timeout_s=request_timeout_s)
         self.image = image
+        self._clock = clock
+        # (namespace, LWS) -> (retry at, delay, the failure): after a gang could not be
+        # created, none is tried for that LWS until the delay has passed, doubling from
+        # CREATE_RETRY_S to MAX_CREATE_RETRY_S. A quota that admits part of a gang made every
+        # tick create a member, fail the next and delete the first again.
+        self._create_backoff: dict[tuple[str, str], tuple[float, float, str]] = {}
         # Asked before every pod created: a pass of many gangs outlasts the Lease check
         # made before it.
         self._may_write = may_write
@@ -531,9 +543,18 @@ class BalloonWriter:
             if problem:
                 failed.append(problem)
         created: list[int] = []
+        key = (namespace, str(meta(lws).get("name")))
+        now = self._clock()
+        retry_at, delay_s, last_failure = self._create_backoff.get(key, (now, 0.0, ""))
         if self.refused is not None and plan.create_gangs:
             failed.append(f"no balloon gang created: {self.refused}")
-        for gang in plan.create_gangs if self.refused is None else ():
+        elif plan.create_gangs and now < retry_at:
+            failed.append(
+                f"no balloon gang created: the last attempt failed ({last_failure}); "
+                f"trying again {delay_s:g}s after it"
+            )
+        may_create = self.refused is None and now >= retry_at
+        for gang in plan.create_gangs if may_create else ():
             try:
                 manifests = balloon_gang_manifests(
                     lws, shape=shape, gang_index=gang, image=self.image
@@ -544,8 +565,11 @@ class BalloonWriter:
             problem = await self._create_gang(namespace, manifests)
             if problem:
                 failed.append(problem)
-            else:
-                created.append(gang)
+                delay_s = min(max(2 * delay_s, CREATE_RETRY_S), MAX_CREATE_RETRY_S)
+                self._create_backoff[key] = (self._clock() + delay_s, delay_s, problem)
+                break  # the next gangs would meet what this one met
+            created.append(gang)
+            self._create_backoff.pop(key, None)
         if failed:
             log.warning("balloon writes failed for %s: %s", meta(lws).get("name"), failed)
         return BalloonResult(plan.delete_pods, tuple(created), plan.broken_gangs, tuple(failed))

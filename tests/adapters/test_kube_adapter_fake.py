@@ -519,11 +519,26 @@ async def test_a_refused_balloon_gang_is_a_warning_event_on_its_lws(kube, adapte
         "balloon gang writes failed; the buffer is short: "
         f"create {NS}/llama-prefill-balloon-0-0: 403 Forbidden"
     )
-    # the next pass creates the gang, and says nothing more
+    # the next pass, within 15 s, tries nothing and says so (a quota that admits part of a
+    # gang made every pass create a member, fail the next and delete the first)
+    posts = len(kube.requests("POST", "/pods"))
     await settle(adapter, kube)
+    report = await adapter.apply(plan, adapter.snapshot(now_s=time.time()), dry_run=False)
+    assert len(kube.requests("POST", "/pods")) == posts
+    assert report.components[PREFILL].balloons.failed == (
+        "no balloon gang created: the last attempt failed "
+        f"(create {NS}/llama-prefill-balloon-0-0: 403 Forbidden); trying again 15s after it",
+    )
+    # past it, the gang is created, and nothing more is said
+    writer = adapter.actuator._balloons
+    writer._clock = lambda: time.monotonic() + 16.0
     await adapter.apply(plan, adapter.snapshot(now_s=time.time()), dry_run=False)
     assert len(balloon_pods(kube, "llama-prefill")) == 2
-    assert len(events(kube, "BalloonWriteFailed")) == 1
+    assert len(events(kube, "BalloonWriteFailed")) == 2
+    writer._clock = lambda: time.monotonic() + 17.0
+    await settle(adapter, kube)
+    await adapter.apply(plan, adapter.snapshot(now_s=time.time()), dry_run=False)
+    assert len(events(kube, "BalloonWriteFailed")) == 2
 
 
 async def test_components_are_written_concurrently_so_a_slow_write_holds_up_no_other(kube, adapter):
