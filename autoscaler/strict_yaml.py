@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 from yaml.constructor import ConstructorError
-from yaml.nodes import MappingNode
+from yaml.nodes import MappingNode, SequenceNode
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 
@@ -21,10 +21,16 @@ class _StrictLoader(yaml.SafeLoader):
     pass
 
 
-def _mapping(loader: _StrictLoader, node: MappingNode) -> dict[Any, Any]:
+def _refuse_duplicates(loader: _StrictLoader, node: MappingNode) -> None:
     first_line: dict[Hashable, int] = {}
-    for key_node, _ in node.value:
+    for key_node, value_node in node.value:
         if key_node.tag == _MERGE_TAG:
+            # a mapping written inline after `<<:` is only merged, never constructed as a
+            # mapping of its own: its keys are checked here (an alias was, where defined)
+            merged = value_node.value if isinstance(value_node, SequenceNode) else [value_node]
+            for inline in merged:
+                if isinstance(inline, MappingNode):
+                    _refuse_duplicates(loader, inline)
             continue
         key = loader.construct_object(key_node, deep=True)
         if not isinstance(key, Hashable):
@@ -39,6 +45,10 @@ def _mapping(loader: _StrictLoader, node: MappingNode) -> dict[Any, Any]:
                 key_node.start_mark,
             )
         first_line[key] = line
+
+
+def _mapping(loader: _StrictLoader, node: MappingNode) -> dict[Any, Any]:
+    _refuse_duplicates(loader, node)
     return loader.construct_mapping(node, deep=True)
 
 

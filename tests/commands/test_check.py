@@ -322,6 +322,25 @@ def test_check_reports_an_annotation_given_twice(tmp_path, capsys):
     assert "found key 'gang-autoscaler.io/max-replicas' twice (lines 7 and 8)" in out
 
 
+@pytest.mark.parametrize(
+    "merged",
+    [
+        pytest.param('{a: "1", a: "2"}', id="inline-mapping"),
+        pytest.param('[{b: "1"}, {a: "1", a: "2"}]', id="inline-mapping-in-a-list"),
+    ],
+)
+def test_check_reports_a_key_given_twice_in_a_merged_mapping(tmp_path, capsys, merged):
+    """A mapping written inline after `<<:` is merged, never built as a mapping of its own:
+    its second key won silently."""
+    path = tmp_path / "merged.yaml"
+    head = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: defaults}\ndata:\n"
+    path.write_text(f"{head}  <<: {merged}\n")
+    assert main(["check", str(path)]) == 1
+    assert "found key 'a' twice" in capsys.readouterr().out
+    path.write_text(f'{head}  <<: {{a: "1"}}\n  a: "2"\n')  # a merge overridden, as YAML means
+    assert main(["check", str(path)]) == 0
+
+
 def test_shipped_examples_pass_check_through_the_console_script():
     assert EXAMPLES, "examples/ must ship at least one manifest"
     result = subprocess.run(
