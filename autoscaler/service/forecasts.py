@@ -28,6 +28,7 @@ import numpy as np
 from autoscaler.adapters.prometheus_source import PrometheusSource
 from autoscaler.core.model import Component, ComponentKey, Forecast
 from forecasting.fitter import BackgroundFitter
+from forecasting.grid import DEFAULT_MAX_HISTORY_S
 from forecasting.models import PLANNING_MODEL, make_forecaster
 
 log = logging.getLogger(__name__)
@@ -87,6 +88,9 @@ class DemandForecasts:
         self.model = model
         self.step_s = step_s
         self.backfill_days = backfill_days
+        # the demand history a forecaster keeps: reading more (`--backfill-days` goes to 90
+        # for the learned-capacity lookup) would only be dropped, after costing its memory
+        self._demand_days = min(backfill_days, DEFAULT_MAX_HISTORY_S / 86_400.0)
         self.backfill_step_s = backfill_step_s
         self.backfill_attempts = max(1, backfill_attempts)
         self.backfill_retry_s = backfill_retry_s
@@ -178,7 +182,7 @@ class DemandForecasts:
         try:
             if self.backfill_days > 0:
                 result = await source.backfill_demand(
-                    components, end_s=end_s, days=self.backfill_days, step_s=self.backfill_step_s
+                    components, end_s=end_s, days=self._demand_days, step_s=self.backfill_step_s
                 )
                 for attempt in range(1, self.backfill_attempts):
                     if result.chunks_total == 0 or result.chunks_failed < result.chunks_total:
@@ -200,7 +204,7 @@ class DemandForecasts:
                     result = await source.backfill_demand(
                         components,
                         end_s=end_s,
-                        days=self.backfill_days,
+                        days=self._demand_days,
                         step_s=self.backfill_step_s,
                     )
                 for key in filter(still_ours, keys):

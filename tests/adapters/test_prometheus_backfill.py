@@ -127,7 +127,7 @@ async def test_seven_days_are_rebuilt_per_component_with_gaps_kept(history: Hist
         days=7,
         step_s=60,
     )
-    assert (result.chunks_total, result.chunks_failed) == (14, 0)  # a day per range query
+    assert (result.chunks_total, result.chunks_failed) == (56, 0)  # 6 hours per range query
     prefill, decode = result.histories[PREFILL], result.histories[DECODE]
     assert prefill.timestamps_s.size == 7 * 1440
     assert prefill.timestamps_s[-1] == history.end_s
@@ -159,7 +159,7 @@ async def test_unknown_components_get_an_all_missing_history(history: History) -
     result = await source.backfill_demand(
         [(other, Component.UNIFIED)], end_s=history.end_s, days=1, step_s=300
     )
-    assert result.chunks_total == 1
+    assert result.chunks_total == 4  # 6 hours each
     assert np.all(np.isnan(result.histories[other].values))
 
 
@@ -176,9 +176,9 @@ async def test_unreachable_prometheus_leaves_history_missing() -> None:
         end_s=1_800_000_000,
         days=2,
     )
-    assert (result.chunks_total, result.chunks_failed) == (4, 4)
+    assert (result.chunks_total, result.chunks_failed) == (16, 16)  # 2 queries x 8 chunks
     assert all(np.all(np.isnan(h.values)) for h in result.histories.values())
-    assert source.stats.errors["connection"] == 4
+    assert source.stats.errors["connection"] == 16
 
 
 async def test_a_range_query_slower_than_a_tick_query_still_fills_the_history() -> None:
@@ -207,10 +207,10 @@ async def test_a_range_query_slower_than_a_tick_query_still_fills_the_history() 
     async with fake_prometheus(slow_prometheus) as url:
         source = PrometheusSource(url=url, timeout_s=1.0)
         result = await source.backfill_demand(
-            [(PREFILL, Component.PREFILL)], end_s=end_s, days=1, step_s=300
+            [(PREFILL, Component.PREFILL)], end_s=end_s, days=0.25, step_s=300
         )
         source.close()
-    assert (result.chunks_total, result.chunks_failed) == (1, 0)
+    assert (result.chunks_total, result.chunks_failed) == (1, 0)  # one 6-hour chunk
     assert np.nansum(result.histories[PREFILL].values) == 1000
 
 
@@ -243,3 +243,37 @@ async def test_a_tick_during_a_back_fill_counts_only_its_own_queries() -> None:
         await backfill
         source.close()
     assert source.stats.queries_sent > 5 * len(source.queries.instant_queries())
+
+
+@pytest.mark.prometheus
+async def test_a_step_one_leader_skipped_is_missing_not_the_others_sum(tmp_path: Path) -> None:
+    """Two leaders at 500 prompt tokens/s each; one is not scraped for 10 minutes (its
+    node's network, say) while the other is. Those steps summed to 500, half the load: a
+    dip the live tick refuses to read (a partial sum understates the load), taken into the
+    history the forecasters start from."""
+    end_s = int(time.time()) // WINDOW_S * WINDOW_S - WINDOW_S
+    start_s = end_s - 7200
+    outage = range(start_s + 3600, start_s + 4200)
+    labels = 'job="vllm",namespace="serving",pod="{}"'
+    lines = ["# TYPE vllm:prompt_tokens counter"]
+    for pod in ("m-small-prefill-0", "m-small-prefill-1"):
+        for at_s in range(start_s, end_s + 1, SCRAPE_S):
+            if pod.endswith("-1") and at_s in outage:
+                continue
+            total = 500.0 * (at_s - start_s)
+            lines.append(f"vllm:prompt_tokens_total{{{labels.format(pod)}}} {total:.0f} {at_s}")
+    lines.sort(key=lambda line: "prefill-1" in line)  # one series after the other
+    data_dir = tmp_path / "tsdb"
+    load_openmetrics("\n".join(lines) + "\n# EOF\n", data_dir=data_dir)
+    with PrometheusServer(data_dir=data_dir) as prometheus:
+        source = PrometheusSource(url=prometheus.url, queries=PrometheusQueries())
+        result = await source.backfill_demand(
+            [(PREFILL, Component.PREFILL)], end_s=end_s, days=7200 / 86400, step_s=60
+        )
+    history = result.histories[PREFILL]
+    at = {float(t): i for i, t in enumerate(history.timestamps_s)}
+    inside = [at[float(t)] for t in range(outage.start + 120, outage.stop - 60, 60)]
+    assert np.all(np.isnan(history.values[inside]))
+    before = [at[float(t)] for t in range(start_s + 600, outage.start - 60, 60)]
+    assert history.values[before] == pytest.approx(1000.0, rel=1e-3)
+    assert not history.timestamps_s.flags.writeable  # one grid, shared by every history
