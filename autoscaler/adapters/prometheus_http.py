@@ -83,6 +83,20 @@ class PrometheusStats:
 ErrorCallback = Callable[[PrometheusUnavailable], None]
 
 
+_URL_IN_TEXT = re.compile(r" with url: \S+")
+
+
+def _describe(err: Exception) -> str:
+    """What went wrong, without the request's URL: urllib3 puts the whole URL, its query
+    percent-encoded, before the cause, and cut at 300 characters the cause was never seen
+    (`... &timeout=7286m (Caused by` and no more, for a refused connection or a bad CA)."""
+    wrapped = err.args[0] if isinstance(err, requests.RequestException) and err.args else None
+    reason = getattr(wrapped, "reason", None)
+    if isinstance(reason, Exception):
+        return str(reason)[:300]
+    return _URL_IN_TEXT.sub("", str(err))[:300]
+
+
 def _classify(err: Exception) -> tuple[str, int | None]:
     if isinstance(err, requests.Timeout):
         return "timeout", None
@@ -284,7 +298,7 @@ class PrometheusHttp:
                 KeyError,  # JSON without data.result
             ) as err:
                 kind, status = _classify(err)
-                detail = str(err)[:300]
+                detail = _describe(err)
                 if isinstance(err, requests.exceptions.InvalidHeader) or (
                     isinstance(err, ValueError) and "header value" in str(err)  # http.client
                 ):

@@ -268,7 +268,7 @@ class PrometheusSource:
         if failures:
             log.warning(
                 "prometheus queries failed, their signals are missing: %s",
-                "; ".join(str(e)[:200] for e in failures),
+                "; ".join(str(e)[:400] for e in failures),
             )
         return outcomes
 

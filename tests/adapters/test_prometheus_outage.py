@@ -53,6 +53,10 @@ async def test_stopped_prometheus_gives_none_within_timeout_then_recovers() -> N
             assert all_none(signals), signals
             assert set(signals.missing_reasons) == set(SIGNAL_NAMES)
             assert signals.missing_reasons["waiting_requests"].startswith("prometheus connection")
+            # the cause, not the URL: cut at 300 characters, the percent-encoded query left
+            # no room for it
+            assert "Connection refused" in signals.missing_reasons["waiting_requests"]
+            assert "/api/v1/query" not in signals.missing_reasons["waiting_requests"]
             assert took_s < 2.0
             assert source.stats.errors["connection"] == 6  # one per query, after one retry
             assert source.stats.last_tick_queries == 12  # the retry is the only one
