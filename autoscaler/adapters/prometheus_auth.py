@@ -61,12 +61,13 @@ class PrometheusCredentials:
                 "set both prometheus_basic_auth_username and "
                 "prometheus_basic_auth_password_file, or neither"
             )
-        if self.basic_auth_username is not None and _UNSENDABLE_USERNAME.search(
-            self.basic_auth_username
+        if self.basic_auth_username is not None and (
+            _UNSENDABLE_USERNAME.search(self.basic_auth_username)
+            or not sendable_in_a_header(self.basic_auth_username)
         ):
             raise PrometheusCredentialsError(
-                "prometheus_basic_auth_username: a colon or control character cannot be sent "
-                "in basic auth (RFC 7617)"
+                "prometheus_basic_auth_username: a colon, a control character or one outside "
+                "Latin-1 cannot be sent in basic auth (RFC 7617)"
             )
         authorization = any(name.lower() == "authorization" for name in self.headers)
         if authorization and self.sets_authorization:
@@ -110,7 +111,22 @@ def read_secret_file(path: Path, *, setting: str) -> str:
         raise PrometheusCredentialsError(
             f"{setting}: {path} has a line break inside (the value is not shown)"
         )
+    if not sendable_in_a_header(text):
+        raise PrometheusCredentialsError(
+            f"{setting}: {path} has characters an HTTP header cannot carry (outside Latin-1; "
+            "the value is not shown)"
+        )
     return text
+
+
+def sendable_in_a_header(text: str) -> bool:
+    """Whether requests can put `text` in a header (it encodes them, and basic auth, as
+    Latin-1): anything else failed every query with a codec error naming no setting."""
+    try:
+        text.encode("latin-1")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 class SecretFile:

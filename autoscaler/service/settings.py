@@ -50,6 +50,7 @@ from autoscaler.adapters.prometheus_auth import (
     PrometheusCredentials,
     PrometheusCredentialsError,
     read_secret_file,
+    sendable_in_a_header,
 )
 from autoscaler.adapters.prometheus_queries import PrometheusQueries
 from autoscaler.core.policy import PREFIX, parse_duration
@@ -123,6 +124,13 @@ def _go_duration(value: timedelta) -> str:
     return f"{int(total_s * 1000)}ms"
 
 
+def _a_number(value: Any) -> Any:
+    # pydantic reads YAML's `true` as 1: `http_port: true` served on port 1
+    if isinstance(value, bool):
+        raise ValueError(f"{str(value).lower()} is a yes/no; a number is expected here")
+    return value
+
+
 class BufferDefaults(BaseModel):
     """Balloon-gang buffer bounds for an LWS that sets no `min-buffer`/`max-buffer`
     annotation. The annotations, when present, always win."""
@@ -134,6 +142,10 @@ class BufferDefaults(BaseModel):
     )
     max_gangs: int = Field(
         default=2, ge=0, le=1000, description="Default `gang-autoscaler.io/max-buffer`."
+    )
+
+    _counts_are_numbers = field_validator("min_gangs", "max_gangs", mode="before")(
+        lambda value: _a_number(value)
     )
 
     @model_validator(mode="after")
@@ -158,6 +170,25 @@ def _split_namespaces(value: Any) -> Any:
 
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def _lease_namespace(value: str | None) -> str | None:
+    if value is not None and not _DNS_LABEL.match(value):
+        raise ValueError(
+            f"{value!r} is not a Kubernetes namespace name (lowercase letters, digits and -, "
+            "at most 63)"
+        )
+    return value
+
+
+def _lease_name(value: str) -> str:
+    if len(value) > 253 or not _DNS_SUBDOMAIN.match(value):
+        raise ValueError(
+            f"{value!r} is not a Kubernetes object name (lowercase letters, digits, - and ., "
+            "at most 253)"
+        )
+    return value
 
 
 def _valid_namespaces(value: tuple[str, ...]) -> tuple[str, ...]:
@@ -217,7 +248,26 @@ def _valid_headers(value: dict[str, str]) -> dict[str, str]:
     padded = [name for name, text in value.items() if text[:1].isspace()]
     if padded:
         raise ValueError(f"leading whitespace in the value of {', '.join(padded)}")
+    unsendable = [name for name, text in value.items() if not sendable_in_a_header(text)]
+    if unsendable:
+        raise ValueError(
+            "characters an HTTP header cannot carry (outside Latin-1) in the value of "
+            + ", ".join(unsendable)
+        )
     return value
+
+
+def _reachable_url(url: str) -> str:
+    # `http://prom:abc`, `http://x:99999` and `http://:9090` matched the pattern, started,
+    # and failed every query with a parse error while the pod stayed Ready
+    parts = urlsplit(url)
+    if not parts.hostname:
+        raise ValueError("no host in the URL (http://HOST:PORT)")
+    try:
+        parts.port  # noqa: B018 - raises for a port that is not a number in range
+    except ValueError as err:
+        raise ValueError(f"the port is not a number from 0 to 65535 ({err})") from err
+    return url
 
 
 def _no_userinfo(url: str) -> str:
@@ -265,11 +315,13 @@ class RunSettings(BaseSettings):
         default=None,
         description="Kubeconfig file. Unset: in-cluster config, then ~/.kube/config.",
     )
-    prometheus_url: Annotated[str, AfterValidator(_no_userinfo)] = Field(
-        ...,
-        pattern=r"^https?://[^\s]+$",
-        description="Base URL of the Prometheus HTTP API, e.g. "
-        "http://prometheus-operated.monitoring.svc:9090.",
+    prometheus_url: Annotated[str, AfterValidator(_no_userinfo), AfterValidator(_reachable_url)] = (
+        Field(
+            ...,
+            pattern=r"^https?://[^\s]+$",
+            description="Base URL of the Prometheus HTTP API, e.g. "
+            "http://prometheus-operated.monitoring.svc:9090.",
+        )
     )
     namespaces: Annotated[
         tuple[str, ...],
@@ -289,13 +341,14 @@ class RunSettings(BaseSettings):
     http_port: int = Field(
         default=8080, ge=1, le=65535, description="Port of /healthz, /readyz, /metrics, /decisions."
     )
-    lease_namespace: str | None = Field(
+    # Checked as the API server checks them: a name it refuses left the service Ready but
+    # never leading (a library traceback every 2 s, nothing scaled)
+    lease_namespace: Annotated[str | None, AfterValidator(_lease_namespace)] = Field(
         default=None,
-        min_length=1,
         description="Namespace of the leader-election Lease. Unset: the pod's own namespace.",
     )
-    lease_name: str = Field(
-        default="gang-autoscaler", min_length=1, description="Name of the leader-election Lease."
+    lease_name: Annotated[str, AfterValidator(_lease_name)] = Field(
+        default="gang-autoscaler", description="Name of the leader-election Lease."
     )
     lease_duration: Duration = Field(
         default=timedelta(seconds=15),
@@ -425,6 +478,10 @@ class RunSettings(BaseSettings):
             )
         except PrometheusCredentialsError as err:
             raise ValueError(str(err)) from err
+
+    _numbers = field_validator("http_port", "backfill_days", mode="before")(
+        lambda value: _a_number(value)
+    )
 
     @field_validator("log_level", mode="before")
     @classmethod

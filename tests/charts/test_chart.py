@@ -98,6 +98,20 @@ def test_non_default_values_render_the_optional_objects(chart: helm.Chart) -> No
     assert dashboards["metadata"]["annotations"] == {"grafana_folder": "LLM serving"}
 
 
+def test_values_that_read_as_numbers_or_break_yaml_render_as_strings(chart: helm.Chart) -> None:
+    """A port given as "8000" rendered as the number 8000, "on" as true, a path with ": "
+    broke the YAML, and "#" cut it short; a `for` of "0" became an integer the
+    PrometheusRule CRD refuses."""
+    values = copy.deepcopy(NON_DEFAULT_VALUES)
+    values["vllmPodMonitor"].update(port="8000", path="/metrics: v1 #x")
+    values["prometheusRule"] = {"enabled": True, "for": {"down": "0"}}
+    objects = render_objects(chart, values)
+    endpoint = one(objects, "PodMonitor")["spec"]["podMetricsEndpoints"][0]
+    assert (endpoint["port"], endpoint["path"]) == ("8000", "/metrics: v1 #x")
+    rules = one(objects, "PrometheusRule")["spec"]["groups"][0]["rules"]
+    assert {r["alert"]: r["for"] for r in rules if "for" in r}["GangAutoscalerDown"] == "0"
+
+
 def test_minimal_values_render_only_what_is_needed(chart: helm.Chart) -> None:
     objects = render_objects(chart, MINIMAL_VALUES)
     kinds = sorted(o["kind"] for o in objects)

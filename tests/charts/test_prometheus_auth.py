@@ -458,6 +458,25 @@ LEADING_SPACES = [
             # Python's isspace(), which the service checks, beyond RE2's \s
             for space, name in LEADING_SPACES
         ),
+        pytest.param(
+            {"headers": {"X-Scope-OrgID": "租户"}},
+            "prometheus.headers: characters an HTTP header cannot carry (outside Latin-1) in "
+            "the value of X-Scope-OrgID",
+            {"prometheus_url": "http://p:9090", "prometheus_headers": {"X-Scope-OrgID": "租户"}},
+            id="header-value-outside-latin-1",
+        ),
+        pytest.param(
+            {"url": "http://prom:abc"},
+            "prometheus.url needs a host and, if given, a numeric port",
+            {"prometheus_url": "http://prom:abc"},
+            id="url-port-not-a-number",
+        ),
+        pytest.param(
+            {"url": "http://:9090"},
+            "prometheus.url needs a host and, if given, a numeric port",
+            {"prometheus_url": "http://:9090"},
+            id="url-without-a-host",
+        ),
     ],
 )
 def test_chart_refuses_what_the_service_would_refuse_at_start(
@@ -472,3 +491,17 @@ def test_chart_refuses_what_the_service_would_refuse_at_start(
     assert message in str(refused.value)
     assert "s3cret" not in str(refused.value)
     render_objects(chart, _prometheus(url="https://prom.example:9090/path@x"))  # @ after host
+    for url in ("http://[fd00::1]:9090", "http://prom", "https://prom.example/prometheus?x=1"):
+        render_objects(chart, _prometheus(url=url))
+        RunSettings(prometheus_url=url)
+
+
+def test_chart_refuses_a_basic_auth_user_name_outside_latin_1(chart: helm.Chart) -> None:
+    """requests encodes basic auth as Latin-1: the pods started, and every query failed
+    with a codec error naming no setting."""
+    with pytest.raises(PrometheusCredentialsError):  # the service's own rule
+        PrometheusCredentials(basic_auth_username="用户", basic_auth_password_file=Path("/p"))
+    auth = {"basicAuth": {"username": "用户", "passwordSecret": {"name": "prometheus-basic-auth"}}}
+    with pytest.raises(helm.HelmError) as refused:
+        render_objects(chart, _prometheus(**auth))
+    assert "prometheus.basicAuth.username: a character outside Latin-1" in str(refused.value)

@@ -375,8 +375,56 @@ def test_one_header_named_twice_in_one_source_is_refused() -> None:
                 "--prometheus-basic-auth-password-file",
                 "{token}",
             ],
-            "prometheus_basic_auth_username: a colon or control character cannot be sent",
+            "prometheus_basic_auth_username: a colon, a control character or one outside "
+            "Latin-1 cannot be sent",
             id="basic-auth-username-with-colon",
+        ),
+        pytest.param(
+            [
+                "--prometheus-basic-auth-username",
+                "用户",
+                "--prometheus-basic-auth-password-file",
+                "{token}",
+            ],
+            "a colon, a control character or one outside Latin-1 cannot be sent",
+            id="basic-auth-username-outside-latin-1",  # a codec error on every query
+        ),
+        pytest.param(
+            ["--prometheus-bearer-token-file", "{unsendable}"],
+            "prometheus_bearer_token_file: {unsendable} has characters an HTTP header cannot "
+            "carry (outside Latin-1; the value is not shown)",
+            id="token-outside-latin-1",
+        ),
+        pytest.param(
+            ["--prometheus-header", "X-Scope-OrgID=租户"],
+            "prometheus_headers: characters an HTTP header cannot carry (outside Latin-1) in "
+            "the value of X-Scope-OrgID",
+            id="header-value-outside-latin-1",
+        ),
+        pytest.param(
+            ["--prometheus-url", "http://prom:abc"],
+            "prometheus_url: the port is not a number from 0 to 65535",
+            id="url-port-not-a-number",  # started, then every query failed to parse
+        ),
+        pytest.param(
+            ["--prometheus-url", "http://:9090"],
+            "prometheus_url: no host in the URL",
+            id="url-without-a-host",
+        ),
+        pytest.param(
+            ["--lease-namespace", "Bad_NS"],
+            "lease_namespace: 'Bad_NS' is not a Kubernetes namespace name",
+            id="lease-namespace",  # Ready, never leading, a traceback every 2 s
+        ),
+        pytest.param(
+            ["--lease-name", "my_lease"],
+            "lease_name: 'my_lease' is not a Kubernetes object name",
+            id="lease-name",
+        ),
+        pytest.param(
+            ["--config", "{config}"],
+            "http_port: true is a yes/no; a number is expected here",
+            id="a-yes-or-no-for-a-port",  # served on port 1
         ),
         pytest.param(
             ["--prometheus-header", "X-Scope-OrgID"],
@@ -393,9 +441,17 @@ def test_one_header_named_twice_in_one_source_is_refused() -> None:
 def test_bad_prometheus_credentials_are_named(
     tmp_path: Path, extra: list[str], message: str
 ) -> None:
-    paths = {"missing": tmp_path / "absent", "empty": tmp_path / "empty", "token": tmp_path / "t"}
+    paths = {
+        "missing": tmp_path / "absent",
+        "empty": tmp_path / "empty",
+        "token": tmp_path / "t",
+        "unsendable": tmp_path / "u",
+        "config": tmp_path / "c.yaml",
+    }
     paths["empty"].write_text("\n")
     paths["token"].write_text("x")
+    paths["unsendable"].write_text("tok✓en")
+    paths["config"].write_text("http_port: true\n")
     argv = [arg.format(**paths) for arg in extra]
     with pytest.raises(SettingsError) as raised:
         _load("--prometheus-url", "http://prom:9090", *argv)

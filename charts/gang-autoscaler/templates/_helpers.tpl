@@ -173,11 +173,23 @@ class is Python's isspace(): RE2's \s alone misses no-break and other Unicode sp
 {{- if regexMatch "^[\\s\\v\\x{1c}-\\x{1f}\\x{85}\\p{Z}]" (toString $value) }}
 {{- fail (printf "prometheus.headers: leading whitespace in the value of %s" $name) }}
 {{- end }}
+{{- /* requests sends header values as Latin-1: anything else failed every query */}}
+{{- if regexMatch "[^\\x{0}-\\x{ff}]" (toString $value) }}
+{{- fail (printf "prometheus.headers: characters an HTTP header cannot carry (outside Latin-1) in the value of %s" $name) }}
+{{- end }}
+{{- end }}
+{{- if regexMatch "[^\\x{0}-\\x{ff}]" (toString $prometheus.basicAuth.username) }}
+{{- fail "prometheus.basicAuth.username: a character outside Latin-1 cannot be sent in basic auth" }}
 {{- end }}
 {{- /* user:password@ in the URL: stored in the Deployment's args in plain text, and the
 service refuses it at start. The message does not echo the URL. */}}
 {{- if regexMatch "^[a-zA-Z][a-zA-Z0-9+.-]*://[^/?#]*@" $prometheus.url }}
 {{- fail "prometheus.url has credentials in it (user:password@): they would be stored in the Deployment in plain text, and the service refuses such a URL; use prometheus.basicAuth with a Secret" }}
+{{- end }}
+{{- /* as the service checks it at start: a host, and a port that is a number (http://prom:abc
+and http://:9090 passed the schema's pattern, then the pod crash-looped) */}}
+{{- if not (regexMatch "^https?://(\\[[0-9a-fA-F:.]+\\]|[^\\s/?#:\\[\\]@]+)(:[0-9]{1,5})?([/?#].*)?$" $prometheus.url) }}
+{{- fail "prometheus.url needs a host and, if given, a numeric port: http://HOST:PORT" }}
 {{- end }}
 {{- $caBundle := $prometheus.caBundle }}
 {{- if and $caBundle.configMap $caBundle.secret }}
