@@ -31,7 +31,8 @@ from autoscaler.core.model import Component, ComponentKey, DeploymentKey
 PREFIX = "gang-autoscaler.io/"
 ENABLED_ANNOTATION = PREFIX + "enabled"
 
-_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+# ASCII digits only, as Go reads them: `\d` took `٣s` (an Arabic-Indic three) for 3 s
+_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(ns|us|µs|ms|s|m|h)")
 _DURATION_UNIT_S = {
     "ns": 1e-9,
     "us": 1e-6,

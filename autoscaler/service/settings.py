@@ -82,6 +82,7 @@ def _is_service_link(variable: str, value: str) -> bool:
 
 # The shortest leader Lease that leaves whole seconds for the renew deadline and retries.
 MIN_LEASE_DURATION_S = 3
+MAX_LEASE_DURATION_S = 3600
 # The shortest duration setting: timedelta keeps whole microseconds, so 1ns would read as 0s.
 MIN_DURATION_S = 1e-3
 
@@ -458,6 +459,10 @@ class RunSettings(BaseSettings):
             raise ValueError(
                 f"must be at least {MIN_LEASE_DURATION_S}s (client-go's default is 15s)"
             )
+        if value > timedelta(seconds=MAX_LEASE_DURATION_S):
+            # the Lease's leaseDurationSeconds is an int32, and a standby waits this long
+            # after the leader stops: past an hour nothing is scaled for that long
+            raise ValueError(f"must be at most {MAX_LEASE_DURATION_S // 3600}h")
         return value
 
     @model_validator(mode="after")

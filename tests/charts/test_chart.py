@@ -704,6 +704,12 @@ SERVICE_REFUSES = [
         id="lease-below-3s-in-minutes",
     ),
     pytest.param(
+        "leaderElection.leaseDuration",
+        "1000000h",  # past leaseDurationSeconds' int32, and no leader for as long
+        {"lease_duration": "1000000h"},
+        id="lease-over-an-hour",
+    ),
+    pytest.param(
         "buffer",
         {"minGangs": 3, "maxGangs": 1},
         {"buffer": {"min_gangs": 3, "max_gangs": 1}},
@@ -754,6 +760,7 @@ def test_chart_refuses_values_the_service_refuses(
         pytest.param("leaderElection.leaseDuration", "3s", id="lease-at-3s"),
         pytest.param("leaderElection.leaseDuration", "0.05m", id="lease-3s-in-minutes"),
         pytest.param("leaderElection.leaseDuration", "1m30s", id="lease-in-parts"),
+        pytest.param("leaderElection.leaseDuration", "1h", id="lease-at-an-hour"),
         pytest.param("buffer", {"minGangs": 2, "maxGangs": 2}, id="buffer-min-equals-max"),
         pytest.param("tick", "500ms", id="tick-below-a-second"),
         pytest.param("tick", "0m10s", id="tick-with-zero-part"),

@@ -58,7 +58,7 @@ def test_go_durations(text, seconds):
     assert parse_duration(text) == pytest.approx(seconds)
 
 
-@pytest.mark.parametrize("text", ["5", "5 m", "m5", "", "5d", "-5s", "1h-3m"])
+@pytest.mark.parametrize("text", ["5", "5 m", "m5", "", "5d", "-5s", "1h-3m", "٣s", "５m"])
 def test_bad_durations(text):
     with pytest.raises(ValueError):
         parse_duration(text)

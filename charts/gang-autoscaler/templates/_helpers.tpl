@@ -100,6 +100,9 @@ install succeeds and the pods crash-loop on start-up. Included by the settings C
 {{- if lt (float64 (include "gang-autoscaler.durationSeconds" $lease)) 3.0 }}
 {{- fail (printf "leaderElection.leaseDuration %q is below 3s, the shortest Lease the service accepts" $lease) }}
 {{- end }}
+{{- if gt (float64 (include "gang-autoscaler.durationSeconds" $lease)) 3600.0 }}
+{{- fail (printf "leaderElection.leaseDuration %q is over 1h, the longest Lease the service accepts" $lease) }}
+{{- end }}
 {{- if gt (int .Values.buffer.minGangs) (int .Values.buffer.maxGangs) }}
 {{- fail (printf "buffer.minGangs (%d) is above buffer.maxGangs (%d)" (int .Values.buffer.minGangs) (int .Values.buffer.maxGangs)) }}
 {{- end }}
