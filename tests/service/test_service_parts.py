@@ -328,6 +328,22 @@ async def test_a_prometheus_that_hangs_cannot_stall_the_loop(
         await running.close()
 
 
+async def _start_up_warnings(
+    kube: FakeKube,
+    prometheus_url: str,
+    caplog: pytest.LogCaptureFixture,
+    demand_window: str,
+    text: str,
+) -> list[str]:
+    """The warnings containing `text` a service with this demand window logs at start."""
+    caplog.set_level(logging.WARNING, logger="autoscaler.service.app")
+    running = await start_service(
+        kube, settings_for(prometheus_url, demand_window=demand_window, backfill_days=0)
+    )
+    await running.close()
+    return [r.getMessage() for r in caplog.records if text in r.getMessage()]
+
+
 @pytest.mark.parametrize(("demand_window", "warned"), [("200ms", True), ("5s", False)])
 async def test_a_tick_too_long_to_learn_a_capacity_is_warned_of_at_start(
     kube: FakeKube,
@@ -338,14 +354,9 @@ async def test_a_tick_too_long_to_learn_a_capacity_is_warned_of_at_start(
 ) -> None:
     """Readings more than two demand windows apart never make a stretch at target, so no
     capacity per gang is ever learned: the service says so instead of staying silent."""
-    caplog.set_level(logging.WARNING, logger="autoscaler.service.app")
-    running = await start_service(
-        kube, settings_for(silent_prometheus, demand_window=demand_window, backfill_days=0)
+    found = await _start_up_warnings(
+        kube, silent_prometheus, caplog, demand_window, "no capacity per gang can be"
     )
-    await running.close()
-    found = [
-        r.getMessage() for r in caplog.records if "no capacity per gang can be" in r.getMessage()
-    ]
     assert len(found) == (1 if warned else 0)
     if warned:
         assert found[0].startswith("tick 0.5s is more than 2 demand windows (0.2s)")
@@ -361,12 +372,7 @@ async def test_a_demand_window_shorter_than_the_queries_rate_is_warned_of_at_sta
 ) -> None:
     """The queries' rate() over 5 s with a 2 s demand window: a capacity would be learned
     from 2 s at target while the rate still holds 3 quieter seconds before them."""
-    caplog.set_level(logging.WARNING, logger="autoscaler.service.app")
-    running = await start_service(
-        kube, settings_for(silent_prometheus, demand_window=demand_window, backfill_days=0)
-    )
-    await running.close()
-    found = [r.getMessage() for r in caplog.records if "rate() reads" in r.getMessage()]
+    found = await _start_up_warnings(kube, silent_prometheus, caplog, demand_window, "rate() reads")
     assert found == (
         ["the demand queries' rate() reads 5s, longer than demand-window's 2s: a capacity per "
          "gang would be learned from a stretch at target shorter than the rate() it reads, "
