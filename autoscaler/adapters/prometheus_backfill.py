@@ -8,9 +8,10 @@ to 249 MiB; `benchmarks/backfill_memory.py`). Series are mapped to components th
 pod names; every leader pod with a value at a step adds to that step (gangs come and go over
 a week, so no ready-set is applied).
 A step where no leader reported, or a chunk Prometheus could not answer, stays NaN: a gap
-is missing data, never zero demand. So does a step where a leader that reported before and
-after it did not: the others' sum would understate the load there, as the tick's own reading
-refuses to (`signals_for`).
+is missing data, never zero demand. So does a step inside a gap of at most 3 minutes in one
+leader's series while the others reported: a missed scrape, where the others' sum would
+understate the load (the tick refuses such a partial sum too, `signals_for`). A longer gap
+is a gang that was gone, scaled away and back under its pod name, and the sum is right.
 
 Memory: one array of sums per component, filled in place into its values, and one grid that
 every history shares (read-only): 2,000 components over 7 days at 60 s held 617 MiB at the
@@ -79,6 +80,26 @@ def history_grid(*, end_s: float, days: float, step_s: float) -> npt.NDArray[np.
 
 
 # (component, grid slots, finite values, slots inside the series' span it has no value at)
+# A leader's gap this short is a missed scrape, not a gang gone: the autoscaler holds a
+# gang it scales away for its scale-down window (5 minutes by default) before it can return.
+MAX_SKIP_S = 180.0
+
+
+def _short_gaps(slots: npt.NDArray[np.int64], *, step_s: float) -> npt.NDArray[np.int64]:
+    """The slots inside gaps of at most `MAX_SKIP_S` between consecutive `slots`."""
+    ordered = np.unique(slots)
+    gaps = np.diff(ordered) - 1  # missing slots between neighbours
+    short = (gaps > 0) & (gaps * step_s <= MAX_SKIP_S)
+    if not short.any():
+        return np.zeros(0, dtype=np.int64)
+    return np.concatenate(
+        [
+            np.arange(a + 1, a + 1 + g, dtype=np.int64)
+            for a, g in zip(ordered[:-1][short], gaps[short], strict=True)
+        ]
+    )
+
+
 ChunkPoints = list[
     tuple[ComponentKey, npt.NDArray[np.int64], npt.NDArray[np.float64], npt.NDArray[np.int64]]
 ]
@@ -93,7 +114,10 @@ def chunk_points(
     step_s: float,
 ) -> ChunkPoints:
     """Range-query rows -> (component, grid slots, finite values, holes) of leader pods
-    only; a hole is a slot between the series' first and last value that has none."""
+    only. A hole is a slot between two of the series' values, in a gap of at most
+    `MAX_SKIP_S`: a leader not scraped for a moment. A longer gap is a gang that was gone
+    (scaled away and back under the same pod name, a rollout), which the others' sum
+    measures rightly."""
     points: ChunkPoints = []
     for row in matrix:
         labels = row.get("metric", {})
@@ -107,11 +131,7 @@ def chunk_points(
         slots = np.rint((pairs[:, 0] - grid[0]) / step_s).astype(np.int64)
         ok = np.isfinite(pairs[:, 1]) & (slots >= 0) & (slots < grid.size)
         present = slots[ok]
-        holes = np.zeros(0, dtype=np.int64)
-        if present.size:
-            span = np.arange(present.min(), present.max() + 1, dtype=np.int64)
-            holes = span[~np.isin(span, present)]
-        points.append((key, present, pairs[ok, 1], holes))
+        points.append((key, present, pairs[ok, 1], _short_gaps(present, step_s=step_s)))
     return points
 
 

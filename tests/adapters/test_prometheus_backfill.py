@@ -247,22 +247,26 @@ async def test_a_tick_during_a_back_fill_counts_only_its_own_queries() -> None:
 
 @pytest.mark.prometheus
 async def test_a_step_one_leader_skipped_is_missing_not_the_others_sum(tmp_path: Path) -> None:
-    """Two leaders at 500 prompt tokens/s each; one is not scraped for 10 minutes (its
-    node's network, say) while the other is. Those steps summed to 500, half the load: a
-    dip the live tick refuses to read (a partial sum understates the load), taken into the
-    history the forecasters start from."""
+    """Two leaders at 500 prompt tokens/s each. One is not scraped for 2 minutes (its node's
+    network, say) while the other is: those steps summed to 500, half the load, a dip the
+    live tick refuses to read (a partial sum understates the load). Later its gang is
+    scaled away for 30 minutes and comes back under the same pod name: then the other's
+    500 is the whole load, and stays."""
     end_s = int(time.time()) // WINDOW_S * WINDOW_S - WINDOW_S
     start_s = end_s - 7200
-    outage = range(start_s + 3600, start_s + 4200)
+    outage = range(start_s + 1800, start_s + 1920)
+    gone = range(start_s + 3600, start_s + 5400)
     labels = 'job="vllm",namespace="serving",pod="{}"'
     lines = ["# TYPE vllm:prompt_tokens counter"]
     for pod in ("m-small-prefill-0", "m-small-prefill-1"):
+        total = 0.0
         for at_s in range(start_s, end_s + 1, SCRAPE_S):
-            if pod.endswith("-1") and at_s in outage:
+            total += 0.0 if at_s == start_s else 500.0 * SCRAPE_S
+            if pod.endswith("-1") and (at_s in outage or at_s in gone):
+                if at_s in gone:
+                    total = 0.0  # a new pod's counter starts again
                 continue
-            total = 500.0 * (at_s - start_s)
             lines.append(f"vllm:prompt_tokens_total{{{labels.format(pod)}}} {total:.0f} {at_s}")
-    lines.sort(key=lambda line: "prefill-1" in line)  # one series after the other
     data_dir = tmp_path / "tsdb"
     load_openmetrics("\n".join(lines) + "\n# EOF\n", data_dir=data_dir)
     with PrometheusServer(data_dir=data_dir) as prometheus:
@@ -272,8 +276,13 @@ async def test_a_step_one_leader_skipped_is_missing_not_the_others_sum(tmp_path:
         )
     history = result.histories[PREFILL]
     at = {float(t): i for i, t in enumerate(history.timestamps_s)}
-    inside = [at[float(t)] for t in range(outage.start + 120, outage.stop - 60, 60)]
-    assert np.all(np.isnan(history.values[inside]))
-    before = [at[float(t)] for t in range(start_s + 600, outage.start - 60, 60)]
-    assert history.values[before] == pytest.approx(1000.0, rel=1e-3)
+
+    def steps(first: int, last: int) -> list[int]:
+        return [at[float(t)] for t in range(first, last, 60)]
+
+    skipped = history.values[steps(outage.start + 60, outage.stop)]
+    assert np.isnan(skipped).any() and not (skipped < 900).any()  # missing, never half
+    assert history.values[steps(start_s + 600, outage.start - 60)] == pytest.approx(1000, rel=1e-3)
+    alone = history.values[steps(gone.start + 300, gone.stop - 60)]
+    assert alone == pytest.approx(500.0, rel=1e-3)  # the gang was gone: the sum is right
     assert not history.timestamps_s.flags.writeable  # one grid, shared by every history
