@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import time
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -90,6 +91,10 @@ class ApplyReport:
     orphan_balloons_deleted: tuple[str, ...] = ()
 
 
+# A stretch of holds on missing data ends after this long without one (a new one is told)
+MISSING_DATA_QUIET_S = 600.0
+
+
 def _with_cautions(message: str, policy: Policy | None) -> str:
     """A partial-gang Event's message, with what in the policy makes partial gangs of gangs
     that are only slow to start (a gang-timeout shorter than the lead time)."""
@@ -115,6 +120,7 @@ class Actuator:
         max_concurrent: int = DEFAULT_MAX_CONCURRENT,
         balloon_image: str = PAUSE_IMAGE,
         request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if max_concurrent < 1:
             raise ValueError(f"max_concurrent must be >= 1, got {max_concurrent}")
@@ -132,8 +138,9 @@ class Actuator:
         self._namespaces = namespaces
         # When this process first saw each balloon gang split, per component (plan_balloons)
         self._balloon_split_seen: dict[ComponentKey, tuple[tuple[int, float], ...]] = {}
-        # Components told they hold on missing data, until their data comes back
-        self._told_missing: set[ComponentKey] = set()
+        # When each component last held on missing data (monotonic), if within a stretch
+        self._told_missing: dict[ComponentKey, float] = {}
+        self._clock = clock
 
     def forget_balloon_sightings(self) -> None:
         """Start a leadership term from what is observed: another leader may have replaced
@@ -184,6 +191,7 @@ class Actuator:
 
     async def apply(self, gang_plan: GangPlan, state: KubeState, *, dry_run: bool) -> ApplyReport:
         self._check_leader()
+        await self._events.flush()  # repeats whose 5 minutes are over, even with none since
         balloon_pods: list[dict[str, Any]] | None
         try:
             balloon_pods = await self.list_balloon_pods()
@@ -196,7 +204,12 @@ class Actuator:
         # an LWS gone from the cluster takes its sightings with it
         for gone in self._balloon_split_seen.keys() - state.components.keys():
             del self._balloon_split_seen[gone]
-        self._told_missing &= state.components.keys()
+        now = self._clock()
+        self._told_missing = {
+            key: last
+            for key, last in self._told_missing.items()
+            if key in state.components and 0 <= now - last <= MISSING_DATA_QUIET_S
+        }
 
         async def apply_one(key: ComponentKey, comp: ComponentState) -> None:
             plan = gang_plan.components.get(key)
@@ -398,12 +411,16 @@ class Actuator:
     ) -> None:
         """A Warning Event when a component starts holding on missing data (no signal, or
         one missing where a scale-down would need it), once for each such stretch: Prometheus
-        down for an hour is one Event per component, not one a tick."""
+        down for an hour is one Event per component, not one a tick. A stretch ends only after
+        `MISSING_DATA_QUIET_S` without such a hold: with one signal missing for good (a KV
+        metric not exported), the hold comes and goes with the load, tick by tick."""
         held = next((s for s in plan.steps if s.reason is Reason.HOLD_MISSING_DATA), None)
-        if held is None:
-            self._told_missing.discard(plan.key)
+        if held is None or dry:
             return
-        if dry or plan.key in self._told_missing:
+        now = self._clock()
+        last = self._told_missing.get(plan.key)
+        self._told_missing[plan.key] = now
+        if last is not None and 0 <= now - last <= MISSING_DATA_QUIET_S:
             return
         await self._event(
             ref,
@@ -414,7 +431,6 @@ class Actuator:
                 f"not scaling down from {plan.current_gangs} gangs on missing data: {held.detail}"
             ),
         )
-        self._told_missing.add(plan.key)
 
     async def _report_scale(
         self,

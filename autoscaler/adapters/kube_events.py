@@ -8,9 +8,11 @@ a restart or a leader change (the other replica finds the Event and bumps it).
 
 A repeat is written at most once per `min_write_interval_s` (5 minutes, as client-go's spam
 filter refills): a bad annotation held for a day was 5,760 PATCHes of its Event, one a tick;
-now 288, each with the repeats since the last. The count on the server lags by at most that
-interval's repeats. What is remembered of each Event is bounded (client-go's 4,096): scale
-Events carry live numbers, so nearly every one is new, and the memory grew for good.
+now 288, each with the repeats since the last. Repeats still waiting are written by `flush`
+(the actuator calls it every pass) once their interval is over, so the count on the server
+lags by at most the interval and a tick, also when no repeat follows. What is remembered of
+each Event is bounded (client-go's 4,096): scale Events carry live numbers, so nearly every
+one is new, and the memory grew for good; an Event forgotten with repeats waiting loses them.
 """
 
 from __future__ import annotations
@@ -143,6 +145,31 @@ class EventRecorder:
                 f"recording Event {reason} on {ref.namespace}/{ref.name}: {describe(err)}",
                 status=status_of(err),
             ) from err
+
+    async def flush(self) -> None:
+        """Write the repeats waiting on Events whose interval is over. A failure is logged
+        and the repeats wait for the next pass: an Event is a report, never a reason to
+        stop acting."""
+        moment = self._clock()
+        due = [
+            (key, known)
+            for key, known in self._known.items()
+            if known.pending
+            and not 0 <= (moment - known.written_at).total_seconds() < self._min_write_interval_s
+        ]
+        for (namespace, event_name), known in due:
+            count = known.written + known.pending
+            try:
+                await self._bump(namespace, event_name, count, _timestamp(moment))
+            except API_CALL_ERRORS as err:
+                if status_of(err) == 404:  # expired: the repeats go with it
+                    self._known.pop((namespace, event_name), None)
+                else:
+                    log.warning(
+                        "writing repeats of Event %s/%s: %s", namespace, event_name, describe(err)
+                    )
+                continue
+            known.written, known.pending, known.written_at = count, 0, moment
 
     async def _create_or_read(
         self, ref: ObjectRef, event_name: str, type_: str, reason: str, message: str, now: str

@@ -990,8 +990,14 @@ async def test_a_hold_on_missing_data_is_told_once_a_stretch(kube, adapter):
     held = {e["involvedObject"]["name"]: e for e in events(kube, "HoldMissingData")}
     assert sorted(held) == ["llama-decode", "llama-prefill"]  # one Event each
     assert held["llama-decode"]["type"] == "Warning" and held["llama-decode"]["count"] == 1
+    # the hold comes and goes with the load while a signal stays missing: one stretch
     assert await tick(present, 30.0) == ()
-    assert len(await tick(missing, 45.0)) == 1  # a new stretch is told again
+    assert await tick(missing, 45.0) == ()
+    # ten minutes without a hold on missing data end the stretch; the next one is told
+    quiet = time.monotonic() + 601.0
+    adapter.actuator._clock = lambda: quiet
+    assert await tick(present, 60.0) == ()
+    assert len(await tick(missing, 75.0)) == 1
 
 
 @pytest.mark.parametrize("marked", ["true", "yes"])  # spelled as the policy reads it

@@ -86,6 +86,25 @@ async def test_repeats_within_five_minutes_are_written_together():
         assert event["count"] == 21 and len(kube.requests("PATCH", "/events/")) == 1
 
 
+async def test_a_repeat_with_none_after_it_is_written_once_its_interval_is_over():
+    """A repeat within 5 minutes waited for a later one to carry it: a condition seen twice
+    and then no more (an episode come back once) showed count 1 for good."""
+    async with FakeKube.start() as kube, kube.api_client() as api:
+        clock = Clock()
+        recorder = EventRecorder(api, instance="a", clock=clock)
+        for _ in range(2):
+            await recorder.record(REF, type_="Warning", reason="HoldMissingData", message="m")
+        await recorder.flush()  # 45 s: the interval is not over
+        assert [e["count"] for e in kube.objects("events", NS)] == [1]
+        clock.now += timedelta(minutes=5)
+        await recorder.flush()
+        (event,) = kube.objects("events", NS)
+        assert event["count"] == 2 and event["lastTimestamp"] > event["firstTimestamp"]
+        patches = len(kube.requests("PATCH", "/events/"))
+        await recorder.flush()  # nothing waits any more
+        assert len(kube.requests("PATCH", "/events/")) == patches
+
+
 async def test_what_is_remembered_of_events_is_bounded():
     async with FakeKube.start() as kube, kube.api_client() as api:
         recorder = EventRecorder(
