@@ -20,7 +20,7 @@ import itertools
 import json
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -483,6 +483,17 @@ class BalloonWriter:
         # Why no balloon gang may be created now (the PriorityClass has another value), or
         # None. Deletions go on: giving capacity back is always safe.
         self.refused: str | None = None
+
+    def forget(self, namespace: str, lws_name: str) -> None:
+        """Drop an LWS's create backoff: nothing is asked of it now, so its next failure,
+        perhaps a day later, starts again short."""
+        self._create_backoff.pop((namespace, lws_name), None)
+
+    def forget_except(self, lws: Collection[tuple[str, str]]) -> None:
+        """Drop the create backoff of every LWS but these (namespace, name): one deleted and
+        created again starts afresh."""
+        for key in self._create_backoff.keys() - set(lws):
+            del self._create_backoff[key]
 
     async def _delete(self, namespace: str, pod_name: str, *, uid: str | None = None) -> str | None:
         """Delete a balloon pod; with `uid`, only that pod, not one created since under its

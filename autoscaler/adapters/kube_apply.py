@@ -204,6 +204,7 @@ class Actuator:
         # an LWS gone from the cluster takes its sightings with it
         for gone in self._balloon_split_seen.keys() - state.components.keys():
             del self._balloon_split_seen[gone]
+        self._balloons.forget_except({(k.namespace, k.lws) for k in state.components})
         now = self._clock()
         self._told_missing = {
             key: last
@@ -374,6 +375,8 @@ class Actuator:
             split_seen=dict(self._balloon_split_seen.get(key, ())),
         )
         self._balloon_split_seen[key] = balloon_plan.split_seen
+        if not balloon_plan.create_gangs:
+            self._balloons.forget(key.namespace, key.lws)
         result: BalloonResult | None = None
         if balloon_plan.changes and not dry:
             self._check_leader()

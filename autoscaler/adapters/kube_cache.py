@@ -220,6 +220,7 @@ class WatchCache:
         if not events and asyncio.get_running_loop().time() - started < self._short_watch_s:
             raise _ShortWatch("the watch ended at once with no event")
         self._heard(watch_works=True)  # the server ended it at its timeout
+        self._gone = 0  # a watch that ran its course, quiet or not, is no 410 streak
 
     async def run(self) -> None:
         """List and watch until cancelled; never raises except CancelledError."""

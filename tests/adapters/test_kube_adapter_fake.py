@@ -13,6 +13,7 @@ import copy
 import dataclasses
 import datetime as dt
 import functools
+import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
@@ -539,6 +540,30 @@ async def test_a_refused_balloon_gang_is_a_warning_event_on_its_lws(kube, adapte
     await settle(adapter, kube)
     await adapter.apply(plan, adapter.snapshot(now_s=time.time()), dry_run=False)
     assert len(events(kube, "BalloonWriteFailed")) == 2
+
+
+async def test_a_balloon_create_backoff_starts_short_again_once_nothing_is_asked(kube, adapter):
+    add_gpu_nodes(kube, 8)
+    add_pd(kube)
+    await settle(adapter, kube)
+    writer = adapter.actuator._balloons
+    wanted = GangPlan({PREFILL: component_plan(PREFILL, current=1, desired=1, balloons=1)})
+    none = GangPlan({PREFILL: component_plan(PREFILL, current=1, desired=1, balloons=0)})
+
+    async def refused_at(offset_s: float, plan: GangPlan) -> tuple[str, ...]:
+        writer._clock = lambda: time.monotonic() + offset_s
+        kube.inject_fault(code=403, method="POST", path_contains="/pods")
+        report = await adapter.apply(plan, adapter.snapshot(now_s=time.time()), dry_run=False)
+        kube.faults.clear()
+        result = report.components[PREFILL].balloons
+        return () if result is None else result.failed
+
+    await refused_at(0.0, wanted)  # backoff 15 s
+    await refused_at(16.0, wanted)  # failed again past it: 30 s
+    assert "trying again 30s after it" in (await refused_at(17.0, wanted))[0]
+    await refused_at(18.0, none)  # nothing asked: the backoff is dropped
+    await refused_at(19.0, wanted)  # tried at once, failed: 15 s again, not 60
+    assert "trying again 15s after it" in (await refused_at(20.0, wanted))[0]
 
 
 async def test_components_are_written_concurrently_so_a_slow_write_holds_up_no_other(kube, adapter):
@@ -1361,6 +1386,31 @@ async def test_a_watch_that_expires_after_every_list_is_listed_again_with_a_back
     # one list at once, then after 1 s and 2 s (the cache's base retry delay doubling)
     assert 2 <= adapter.nodes.lists - lists_before <= 3
     assert adapter.stale_view() is None  # each list works: the view is current
+
+
+async def test_a_410_after_a_quiet_watch_that_ran_its_course_is_listed_at_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Only an event reset the streak of 410s: 410s minutes apart, each after a watch that
+    ran its whole timeout without one, waited 1, 2, 4, 8 s... as if they came in a row."""
+    caplog.set_level(logging.WARNING, logger="autoscaler.adapters.kube_cache")
+    # no bookmarks: a watch with no change hears nothing until the server ends it
+    async with FakeKube.start(bookmark_interval_s=3600) as quiet, quiet.api_client() as api:
+        add_gpu_nodes(quiet, 1)
+        adapter = KubeAdapter(api, watch_timeout_s=1, event_instance="test-0")
+        await adapter.start(sync_timeout_s=5)
+        try:
+            for _ in range(3):
+                lists = adapter.nodes.lists
+                quiet.inject_fault(code=410, method="GET", path_contains="/nodes?")
+                quiet.expire_watches()
+                await adapter.nodes.wait_for(
+                    lambda before=lists: adapter.nodes.lists > before, timeout_s=5
+                )
+                await asyncio.sleep(1.5)  # the next watch runs its course, quietly
+        finally:
+            await adapter.close()
+    assert not [r for r in caplog.records if "expired again" in r.getMessage()]
 
 
 async def _running(cache: WatchCache) -> asyncio.Task[None]:

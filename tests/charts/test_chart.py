@@ -704,6 +704,9 @@ SERVICE_REFUSES = [
         id="lease-below-3s-in-minutes",
     ),
     pytest.param(
+        "leaderElection.leaseName", "a..b", {"lease_name": "a..b"}, id="lease-name-empty-label"
+    ),
+    pytest.param(
         "leaderElection.leaseDuration",
         "1000000h",  # past leaseDurationSeconds' int32, and no leader for as long
         {"lease_duration": "1000000h"},

@@ -467,13 +467,19 @@ LEADING_SPACES = [
         ),
         pytest.param(
             {"url": "http://prom:abc"},
-            "prometheus.url needs a host and, if given, a numeric port",
+            "prometheus.url needs a host and, if given, a port from 0 to 65535",
             {"prometheus_url": "http://prom:abc"},
             id="url-port-not-a-number",
         ),
         pytest.param(
+            {"url": "http://prom:65536"},
+            "prometheus.url needs a host and, if given, a port from 0 to 65535",
+            {"prometheus_url": "http://prom:65536"},
+            id="url-port-out-of-range",
+        ),
+        pytest.param(
             {"url": "http://:9090"},
-            "prometheus.url needs a host and, if given, a numeric port",
+            "prometheus.url needs a host and, if given, a port from 0 to 65535",
             {"prometheus_url": "http://:9090"},
             id="url-without-a-host",
         ),
@@ -491,7 +497,13 @@ def test_chart_refuses_what_the_service_would_refuse_at_start(
     assert message in str(refused.value)
     assert "s3cret" not in str(refused.value)
     render_objects(chart, _prometheus(url="https://prom.example:9090/path@x"))  # @ after host
-    for url in ("http://[fd00::1]:9090", "http://prom", "https://prom.example/prometheus?x=1"):
+    for url in (
+        "http://[fd00::1]:9090",
+        "http://prom",
+        "http://prom:",  # an empty port is no port, as the service reads it
+        "http://prom:65535",
+        "https://prom.example/prometheus?x=1",
+    ):
         render_objects(chart, _prometheus(url=url))
         RunSettings(prometheus_url=url)
 
