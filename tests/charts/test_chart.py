@@ -390,6 +390,8 @@ BAD_VALUES = [
     pytest.param(
         _with("prometheus.queries.extra", "sum by (namespace, pod) (x)"), id="unknown-query"
     ),
+    pytest.param(_with("extraEnv", [{"name": "X", "value": 3}]), id="env-value-not-a-string"),
+    pytest.param(_with("fullnameOverride", "1abc"), id="full-name-not-a-service-name"),
     pytest.param(_with("namespaces", "serving"), id="namespaces-not-a-list"),
     pytest.param(_with("namespaces", ["Serving_NS"]), id="namespace-not-dns-label"),
     pytest.param(_with("dryRun", "yes"), id="dry-run-not-boolean"),
@@ -421,6 +423,31 @@ def test_values_schema_rejects_bad_values(chart: helm.Chart, values: dict[str, A
     # and an install of those values fails before anything is rendered
     with pytest.raises(helm.HelmError):
         chart.render(values=values, name="ga", namespace=NAMESPACE, is_install=True)
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "message"),
+    [
+        pytest.param(
+            "podLabels",
+            {"app.kubernetes.io/name": "other"},
+            "podLabels sets app.kubernetes.io/name, which the chart's selector sets",
+            id="pod-label-the-selector-sets",  # written twice; the Deployment lost its pods
+        ),
+        pytest.param(
+            "podAnnotations",
+            {"checksum/config": "x"},
+            "podAnnotations sets checksum/config, which the chart sets",
+            id="pod-annotation-the-chart-sets",
+        ),
+    ],
+)
+def test_chart_refuses_pod_metadata_it_sets_itself(
+    chart: helm.Chart, path: str, value: Any, message: str
+) -> None:
+    with pytest.raises(helm.HelmError) as refused:
+        chart.render(values=_with(path, value), name="ga", namespace=NAMESPACE, is_install=True)
+    assert message in str(refused.value)
 
 
 @pytest.mark.parametrize("values", [None, NON_DEFAULT_VALUES], ids=["default", "non-default"])

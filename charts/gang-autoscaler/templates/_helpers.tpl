@@ -96,6 +96,16 @@ install succeeds and the pods crash-loop on start-up. Included by the settings C
 {{- fail (printf "%s %q is shorter than 1ms, the shortest duration the service accepts" $name $duration) }}
 {{- end }}
 {{- end }}
+{{- /* a key the chart sets itself would be written twice in the pod template: the last
+wins, and a selector label overridden orphans the Deployment's pods */}}
+{{- range $key := list "app.kubernetes.io/name" "app.kubernetes.io/instance" }}
+{{- if hasKey $.Values.podLabels $key }}
+{{- fail (printf "podLabels sets %s, which the chart's selector sets; leave it out" $key) }}
+{{- end }}
+{{- end }}
+{{- if hasKey .Values.podAnnotations "checksum/config" }}
+{{- fail "podAnnotations sets checksum/config, which the chart sets to roll the pods on a settings change; leave it out" }}
+{{- end }}
 {{- $lease := .Values.leaderElection.leaseDuration }}
 {{- if lt (float64 (include "gang-autoscaler.durationSeconds" $lease)) 3.0 }}
 {{- fail (printf "leaderElection.leaseDuration %q is below 3s, the shortest Lease the service accepts" $lease) }}
