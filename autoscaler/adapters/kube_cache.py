@@ -40,6 +40,9 @@ class _ShortWatch(Exception):
     """A watch stream ended at once with no event."""
 
 
+LIST_PAGE_SIZE = 500  # client-go's pager
+
+
 def _key(obj: Obj) -> tuple[str, str]:
     metadata = obj.get("metadata") or {}
     return (str(metadata.get("namespace") or ""), str(metadata.get("name") or ""))
@@ -65,8 +68,10 @@ class WatchCache:
         max_retry_delay_s: float = MAX_RETRY_DELAY_S,
         clock: Callable[[], float] = time.monotonic,
         optional: bool = False,
+        page_size: int = LIST_PAGE_SIZE,
     ) -> None:
         self._list_call = list_call
+        self._page_size = page_size
         self.name = name
         self._watch_timeout_s = watch_timeout_s
         # The server ends every watch after `watch_timeout_s`, so a connection silent for
@@ -143,27 +148,44 @@ class WatchCache:
             self._failures = 0
 
     async def _list(self) -> None:
-        response = await self._list_call(
-            _preload_content=False, _request_timeout=self._read_timeout, **self._selector
-        )
-        try:
-            body = await response.read()
-            if self._optional and response.status in (403, 404):
-                await self._absent(f"HTTP {response.status}: {status_message(body)}")
-                return
-            if not 200 <= response.status <= 299:
-                raise KubeApiError(
-                    f"listing {self.name}: HTTP {response.status}: {status_message(body)}",
-                    status=response.status,
-                )
-        finally:
-            response.release()
-        data = json.loads(body)
+        """List in pages of `page_size` (client-go's 500), each parsed off the event loop: a
+        cluster's pods in one answer were hundreds of MiB parsed on the loop, holding up the
+        Lease's renewals and the tick while it ran. A continue token that expires between
+        pages (410) fails the list, which is then tried again from the start."""
+        objects: dict[tuple[str, str], dict[str, Any]] = {}
+        token: str | None = None
+        while True:
+            paging = {"limit": self._page_size, **({"_continue": token} if token else {})}
+            response = await self._list_call(
+                _preload_content=False,
+                _request_timeout=self._read_timeout,
+                **paging,
+                **self._selector,
+            )
+            try:
+                body = await response.read()
+                if self._optional and response.status in (403, 404):
+                    await self._absent(f"HTTP {response.status}: {status_message(body)}")
+                    return
+                if not 200 <= response.status <= 299:
+                    raise KubeApiError(
+                        f"listing {self.name}: HTTP {response.status}: {status_message(body)}",
+                        status=response.status,
+                    )
+            finally:
+                response.release()
+            data = await asyncio.to_thread(json.loads, body)
+            del body
+            objects.update((_key(obj), obj) for obj in data.get("items") or [])
+            metadata = data.get("metadata") or {}
+            token = metadata.get("continue") or None
+            if token is None:
+                break
         if self.unavailable is not None:
             log.info("%s can be listed again", self.name)
             self.unavailable = None
-        self._objects = {_key(obj): obj for obj in data.get("items") or []}
-        self.resource_version = (data.get("metadata") or {}).get("resourceVersion")
+        self._objects = objects
+        self.resource_version = metadata.get("resourceVersion")
         self.lists += 1
         self._heard(watch_works=False)
         self.synced.set()

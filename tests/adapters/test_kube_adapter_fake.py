@@ -1425,6 +1425,23 @@ async def _stop(task: asyncio.Task[None]) -> None:
         await task
 
 
+async def test_a_collection_is_listed_in_pages_and_then_watched(kube, api):
+    """One answer held every pod of the cluster, parsed on the event loop: on a large
+    cluster seconds in which no Lease was renewed. Pages, as client-go's pager reads them."""
+    add_gpu_nodes(kube, 5)
+    nodes = WatchCache(client.CoreV1Api(api).list_node, name="nodes", page_size=2)
+    task = await _running(nodes)
+    try:
+        assert len(nodes.items()) == 5
+        lists = [path for _, path, _ in kube.requests("GET", "/nodes") if "watch=" not in path]
+        assert len(lists) == 3 and all("limit=2" in path for path in lists)
+        assert sum("continue=" in path for path in lists) == 2
+        add_gpu_nodes(kube, 1, start=5)  # and the watch from the list's version sees it
+        await nodes.wait_for(lambda: len(nodes.items()) == 6, timeout_s=5)
+    finally:
+        await _stop(task)
+
+
 async def test_a_watch_gone_silent_is_given_up_counted_from_the_silence_and_relisted(kube, api):
     # The pods watch connects, then the peer goes silent with no reset (a NAT or a node
     # gone): the cache must notice by itself at the read timeout (1 s watch + 0.5 s here),
