@@ -430,6 +430,12 @@ def test_chart_refuses_two_sources_for_one_credential(
     assert message in str(refused.value)
 
 
+# they passed the schema's pattern; the pods then crash-looped on the service's refusal
+BAD_URLS = [
+    ("http://prom:abc", "port-not-a-number"),
+    ("http://prom:65536", "port-out-of-range"),
+    ("http://:9090", "without-a-host"),
+]
 LEADING_SPACES = [
     (" ", "space"),
     ("\xa0", "no-break-space"),
@@ -465,23 +471,14 @@ LEADING_SPACES = [
             {"prometheus_url": "http://p:9090", "prometheus_headers": {"X-Scope-OrgID": "租户"}},
             id="header-value-outside-latin-1",
         ),
-        pytest.param(
-            {"url": "http://prom:abc"},
-            "prometheus.url needs a host and, if given, a port from 0 to 65535",
-            {"prometheus_url": "http://prom:abc"},
-            id="url-port-not-a-number",
-        ),
-        pytest.param(
-            {"url": "http://prom:65536"},
-            "prometheus.url needs a host and, if given, a port from 0 to 65535",
-            {"prometheus_url": "http://prom:65536"},
-            id="url-port-out-of-range",
-        ),
-        pytest.param(
-            {"url": "http://:9090"},
-            "prometheus.url needs a host and, if given, a port from 0 to 65535",
-            {"prometheus_url": "http://:9090"},
-            id="url-without-a-host",
+        *(
+            pytest.param(
+                {"url": url},
+                "prometheus.url needs a host and, if given, a port from 0 to 65535",
+                {"prometheus_url": url},
+                id=f"url-{name}",
+            )
+            for url, name in BAD_URLS
         ),
     ],
 )
