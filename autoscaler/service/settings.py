@@ -423,6 +423,7 @@ class RunSettings(BaseSettings):
         default=7.0,
         ge=0,
         le=90,
+        allow_inf_nan=False,  # `nan` was refused as "less than or equal to 90"
         description="Days of demand history read from Prometheus at start for the forecasters, "
         "and how far back a learned capacity per gang is looked up; 0 turns both off.",
     )

@@ -422,6 +422,11 @@ def test_one_header_named_twice_in_one_source_is_refused() -> None:
             id="lease-name",
         ),
         pytest.param(
+            ["--backfill-days", "nan"],
+            "backfill_days: Input should be a finite number",
+            id="backfill-days-not-a-number",  # was "less than or equal to 90"
+        ),
+        pytest.param(
             ["--config", "{config}"],
             "http_port: true is a yes/no; a number is expected here",
             id="a-yes-or-no-for-a-port",  # served on port 1
@@ -438,7 +443,7 @@ def test_one_header_named_twice_in_one_source_is_refused() -> None:
         ),
     ],
 )
-def test_bad_prometheus_credentials_are_named(
+def test_bad_credentials_and_settings_are_named_at_start(
     tmp_path: Path, extra: list[str], message: str
 ) -> None:
     paths = {
