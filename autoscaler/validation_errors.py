@@ -9,8 +9,17 @@ documentation links.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from pydantic import ValidationError
+
+
+def refuse_yes_or_no(value: Any) -> Any:
+    """A before-validator for a number: pydantic reads YAML's `true` as 1 (`step_s: true`
+    ran 1 s steps, `http_port: true` served on port 1)."""
+    if isinstance(value, bool):
+        raise ValueError(f"{str(value).lower()} is a yes/no; a number is expected here")
+    return value
 
 
 def describe_validation_error(

@@ -54,7 +54,7 @@ from autoscaler.adapters.prometheus_auth import (
 )
 from autoscaler.adapters.prometheus_queries import PrometheusQueries
 from autoscaler.core.policy import PREFIX, parse_duration
-from autoscaler.validation_errors import describe_validation_error
+from autoscaler.validation_errors import describe_validation_error, refuse_yes_or_no
 from forecasting.models import MODELS, PLANNING_MODEL
 
 ENV_PREFIX = "GANG_AUTOSCALER_"
@@ -125,13 +125,6 @@ def _go_duration(value: timedelta) -> str:
     return f"{int(total_s * 1000)}ms"
 
 
-def _a_number(value: Any) -> Any:
-    # pydantic reads YAML's `true` as 1: `http_port: true` served on port 1
-    if isinstance(value, bool):
-        raise ValueError(f"{str(value).lower()} is a yes/no; a number is expected here")
-    return value
-
-
 class BufferDefaults(BaseModel):
     """Balloon-gang buffer bounds for an LWS that sets no `min-buffer`/`max-buffer`
     annotation. The annotations, when present, always win."""
@@ -145,9 +138,7 @@ class BufferDefaults(BaseModel):
         default=2, ge=0, le=1000, description="Default `gang-autoscaler.io/max-buffer`."
     )
 
-    _counts_are_numbers = field_validator("min_gangs", "max_gangs", mode="before")(
-        lambda value: _a_number(value)
-    )
+    _counts_are_numbers = field_validator("min_gangs", "max_gangs", mode="before")(refuse_yes_or_no)
 
     @model_validator(mode="after")
     def _ordered(self) -> BufferDefaults:
@@ -485,9 +476,7 @@ class RunSettings(BaseSettings):
         except PrometheusCredentialsError as err:
             raise ValueError(str(err)) from err
 
-    _numbers = field_validator("http_port", "backfill_days", mode="before")(
-        lambda value: _a_number(value)
-    )
+    _numbers = field_validator("http_port", "backfill_days", mode="before")(refuse_yes_or_no)
 
     @field_validator("log_level", mode="before")
     @classmethod

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from autoscaler import strict_yaml
 from autoscaler.core.policy import MAX_LEAD_TIME_S
 from autoscaler.sim.errors import ConfigError
-from autoscaler.validation_errors import describe_validation_error
+from autoscaler.validation_errors import describe_validation_error, refuse_yes_or_no
 
 # Every step is a row of each time series and one pass of the loop, so a run's memory and
 # time grow with duration / step: 1ms over an hour ran for minutes, 1ns asked for TiBs.
@@ -29,14 +29,8 @@ class _Settings(BaseModel):
     # `.inf` in the YAML reached `round()` and scipy as tracebacks: every number is finite
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
-    @field_validator("*", mode="before")
-    @classmethod
-    def _no_yes_or_no(cls, value: Any) -> Any:
-        # pydantic reads YAML's `true` as the number 1: `step_s: true` ran 1 s steps, and
-        # `gpus_per_node: yes` was blamed on gpus_per_pod. No setting here is a yes/no.
-        if isinstance(value, bool):
-            raise ValueError(f"{str(value).lower()} is a yes/no; a number is expected here")
-        return value
+    # no setting here is a yes/no (`gpus_per_node: yes` was blamed on gpus_per_pod)
+    _no_yes_or_no = field_validator("*", mode="before")(refuse_yes_or_no)
 
 
 class ClusterSettings(_Settings):
