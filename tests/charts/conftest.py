@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import helm_python as helm
 import pytest
-import yaml
 
-REPO = Path(__file__).resolve().parents[2]
-CHART_DIR = REPO / "charts" / "gang-autoscaler"
-RELEASE = "ga"
-NAMESPACE = "gang-system"
+from tests.harness.helm_chart import CHART_DIR, NAMESPACE, RELEASE, REPO, render_objects
+
+__all__ = ["CHART_DIR", "NAMESPACE", "RELEASE", "REPO", "render_objects"]
 
 # A values set that flips every switch away from its default.
 NON_DEFAULT_VALUES: dict[str, Any] = {
@@ -141,21 +138,6 @@ VALUE_SETS = {"default": None, "non-default": NON_DEFAULT_VALUES, "minimal": MIN
 def chart() -> Iterator[helm.Chart]:
     with helm.Chart.load(CHART_DIR) as loaded:
         yield loaded
-
-
-def render_objects(
-    chart: helm.Chart, values: dict[str, Any] | None, *, release: str = RELEASE
-) -> list[dict[str, Any]]:
-    """Every Kubernetes object the chart renders (NOTES.txt excluded)."""
-    manifests = chart.render(values=values, name=release, namespace=NAMESPACE, is_install=True)
-    objects: list[dict[str, Any]] = []
-    for path, text in sorted(manifests.items()):
-        if path.endswith("NOTES.txt"):
-            continue
-        for document in yaml.safe_load_all(text):
-            if document is not None:
-                objects.append(document)
-    return objects
 
 
 def render_notes(chart: helm.Chart, values: dict[str, Any] | None) -> str:

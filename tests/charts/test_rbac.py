@@ -22,33 +22,34 @@ import helm_python as helm
 import pytest
 
 from tests.charts.conftest import NAMESPACE, NON_DEFAULT_VALUES, render_objects
+from tests.harness.helm_chart import service_rbac
 
-# (apiGroup, resource) -> verbs the service may hold; nothing else may appear.
+# (apiGroup, resource) -> verbs the service holds, each one it calls (the service tests run
+# under the rendered rules, tests/service/stack.py `installed_cluster`); nothing else may
+# appear.
 CLUSTER_ALLOWED: dict[tuple[str, str], set[str]] = {
-    ("leaderworkerset.x-k8s.io", "leaderworkersets"): {"get", "list", "watch"},
-    ("leaderworkerset.x-k8s.io", "leaderworkersets/scale"): {"get", "update", "patch"},
-    ("disaggregatedset.x-k8s.io", "disaggregatedsetrolescalers"): {"get", "list", "watch"},
-    ("disaggregatedset.x-k8s.io", "disaggregatedsetrolescalers/scale"): {"get", "update", "patch"},
-    ("", "pods"): {"get", "list", "watch", "create", "delete"},
-    ("", "nodes"): {"get", "list", "watch"},
+    ("leaderworkerset.x-k8s.io", "leaderworkersets"): {"list", "watch"},
+    ("leaderworkerset.x-k8s.io", "leaderworkersets/scale"): {"get", "patch"},
+    ("disaggregatedset.x-k8s.io", "disaggregatedsetrolescalers"): {"list", "watch"},
+    ("disaggregatedset.x-k8s.io", "disaggregatedsetrolescalers/scale"): {"get", "patch"},
+    ("", "pods"): {"list", "watch", "create", "delete"},
+    ("", "nodes"): {"list", "watch"},
     ("", "events"): {"create", "patch"},
-    ("events.k8s.io", "events"): {"create", "patch"},
     ("autoscaling", "horizontalpodautoscalers"): {"list"},
     ("scheduling.k8s.io", "priorityclasses"): {"get"},
 }
 # Grants that must name their objects.
 NAMED_ONLY = {("scheduling.k8s.io", "priorityclasses"): ["gang-autoscaler-balloon"]}
 LEASE_ALLOWED: dict[tuple[str, str], set[str]] = {
-    ("coordination.k8s.io", "leases"): {"get", "create", "update", "patch"},
+    ("coordination.k8s.io", "leases"): {"get", "create", "update"},
 }
-# What the service writes, in the namespaces of the LWS objects it scales (the events.k8s.io
-# API is granted beside the core one but not used); everything else in CLUSTER_ALLOWED it reads.
+# What the service writes, in the namespaces of the LWS objects it scales; everything else
+# in CLUSTER_ALLOWED it reads.
 WRITES: dict[tuple[str, str], set[str]] = {
-    ("leaderworkerset.x-k8s.io", "leaderworkersets/scale"): {"get", "update", "patch"},
-    ("disaggregatedset.x-k8s.io", "disaggregatedsetrolescalers/scale"): {"get", "update", "patch"},
+    ("leaderworkerset.x-k8s.io", "leaderworkersets/scale"): {"get", "patch"},
+    ("disaggregatedset.x-k8s.io", "disaggregatedsetrolescalers/scale"): {"get", "patch"},
     ("", "pods"): {"create", "delete"},
     ("", "events"): {"create", "patch"},
-    ("events.k8s.io", "events"): {"create", "patch"},
     ("autoscaling", "horizontalpodautoscalers"): {"list"},
 }
 READS: dict[tuple[str, str], set[str]] = {
@@ -98,18 +99,11 @@ def watched_namespaces(rendered: list[dict[str, Any]]) -> list[str]:
 def effective_grants(
     rendered: list[dict[str, Any]],
 ) -> dict[str | None, dict[tuple[str, str], set[str]]]:
-    """What the bindings give, by where: None is cluster-wide, else a RoleBinding's namespace."""
-    roles = {
-        (o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]): o
-        for o in rendered
-        if o["kind"] in ("ClusterRole", "Role")
-    }
+    """What the bindings give the service's account, by where: None is cluster-wide, else a
+    RoleBinding's namespace."""
     scopes: dict[str | None, dict[tuple[str, str], set[str]]] = {}
-    for binding in rbac(rendered, "ClusterRoleBinding") + rbac(rendered, "RoleBinding"):
-        scope = binding["metadata"]["namespace"] if binding["kind"] == "RoleBinding" else None
-        ref = binding["roleRef"]
-        role = roles[ref["kind"], scope if ref["kind"] == "Role" else None, ref["name"]]
-        for key, verbs in grants(role["rules"]).items():
+    for scope, rules in service_rbac(rendered).bound:
+        for key, verbs in grants(rules).items():
             scopes.setdefault(scope, {}).setdefault(key, set()).update(verbs)
     return scopes
 
@@ -146,12 +140,7 @@ def test_only_the_service_lease_can_be_read_or_renewed(
     for rule in role["rules"]:
         if set(rule["verbs"]) - {"create"}:  # RBAC cannot limit `create` to a name
             assert rule.get("resourceNames") == [lease], rule
-    assert {v for rule in role["rules"] for v in rule["verbs"]} == {
-        "get",
-        "create",
-        "update",
-        "patch",
-    }
+    assert {v for rule in role["rules"] for v in rule["verbs"]} == {"get", "create", "update"}
 
 
 def test_service_gets_every_permission_it_needs(rendered: list[dict[str, Any]]) -> None:

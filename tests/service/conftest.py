@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
 from tests.harness.fake_kube import FakeKube
+from tests.harness.helm_chart import render
 from tests.harness.prometheus_server import PrometheusServer
 from tests.harness.vllm_exporter import VllmExporter
-from tests.service.stack import add_exporter_pods, add_gpu_zones
+from tests.service.stack import add_exporter_pods, installed_cluster
 
 # One namespace per end-to-end test; the exporter serves all of them from the start.
 NAMESPACES = (
@@ -54,8 +56,13 @@ def live() -> Iterator[Live]:
             yield Live(exporter, prometheus)
 
 
+@pytest.fixture(scope="session")
+def chart_objects() -> list[dict[str, Any]]:
+    """The chart with its default values, rendered by Helm's engine."""
+    return render()
+
+
 @pytest.fixture
-async def kube() -> AsyncIterator[FakeKube]:
-    async with FakeKube.start(bookmark_interval_s=0.5) as server:
-        add_gpu_zones(server, zones=8)
+async def kube(chart_objects: list[dict[str, Any]]) -> AsyncIterator[FakeKube]:
+    async with installed_cluster(chart_objects) as server:
         yield server

@@ -14,9 +14,10 @@ the leaders of ready gangs, which the fake API server decides.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,8 @@ from autoscaler.adapters.prometheus_queries import PrometheusQueries
 from autoscaler.service.app import Service
 from autoscaler.service.settings import RunSettings
 from tests.harness.fake_kube import FakeKube
+from tests.harness.helm_chart import NAMESPACE as CHART_NAMESPACE
+from tests.harness.helm_chart import service_rbac
 from tests.harness.prometheus_server import free_port
 from tests.harness.vllm_exporter import VllmExporter
 
@@ -81,6 +84,29 @@ def add_gpu_zones(kube: FakeKube, *, zones: int, prefix: str = "z") -> None:
             )
 
 
+@contextlib.asynccontextmanager
+async def installed_cluster(
+    chart_objects: list[dict[str, Any]], **options: Any
+) -> AsyncIterator[FakeKube]:
+    """A fake API server with 8 racks of GPU nodes and the chart installed, that serves the
+    service only what the chart grants it; leaving, checks the service was refused nothing."""
+    async with FakeKube.start(bookmark_interval_s=0.5, **options) as kube:
+        add_gpu_zones(kube, zones=8)
+        install_chart(kube, chart_objects)
+        yield kube
+        assert kube.denied() == [], "the service needs a grant the chart does not give"
+
+
+def install_chart(kube: FakeKube, objects: list[dict[str, Any]]) -> None:
+    """What `helm install` leaves that the service relies on: its release namespace (the
+    Lease's), the balloon PriorityClass, and RBAC, enforced from here on."""
+    kube.add_namespace(CHART_NAMESPACE)
+    for obj in objects:
+        if obj["kind"] == "PriorityClass":
+            kube.apply(obj)
+    kube.enforce_rbac(service_rbac(objects))
+
+
 def add_exporter_pods(exporter: VllmExporter, namespace: str) -> None:
     for lws, gangs in MAX_GANGS.items():
         exporter.add_lws(namespace=namespace, lws=lws, gangs=gangs, pods_per_gang=2)
@@ -91,7 +117,7 @@ def settings_for(prometheus_url: str, **overrides: Any) -> RunSettings:
         "prometheus_url": prometheus_url,
         "tick": TICK,
         "http_port": free_port(),
-        "lease_namespace": "default",
+        "lease_namespace": CHART_NAMESPACE,  # the chart's, where it grants the Lease
         "lease_duration": "3s",
         "prometheus_timeout": "2s",
         "staleness_limit": "5s",

@@ -20,8 +20,8 @@ from tests.service.conftest import Live
 from tests.service.stack import (
     DECODE,
     PREFILL,
-    add_gpu_zones,
     balloon_pods,
+    installed_cluster,
     pd_manifests,
     settings_for,
     spec_gangs,
@@ -284,13 +284,14 @@ async def test_a_bad_annotation_is_reported_while_it_lasts(kube: FakeKube, live:
         await running.close()
 
 
-async def test_an_lws_a_disaggregated_set_controls_is_never_scaled(live: Live) -> None:
+async def test_an_lws_a_disaggregated_set_controls_is_never_scaled(
+    live: Live, chart_objects: list[dict[str, Any]]
+) -> None:
     """The DisaggregatedSet controller writes its LWS's replicas from its own spec: a write
     to the LWS's /scale would be undone, each time starting or deleting a gang."""
     ns = "owned"
     crds = (shared_data_path("crds", "disaggregatedset.x-k8s.io_disaggregatedsets.yaml"),)
-    async with FakeKube.start(bookmark_interval_s=0.5, crd_files=crds) as kube:
-        add_gpu_zones(kube, zones=8)
+    async with installed_cluster(chart_objects, crd_files=crds) as kube:
         kube.add_namespace(ns)
         # The owner exists (the fake's garbage collector deletes an LWS whose owner does
         # not): the upstream sample, renamed. No DisaggregatedSet controller runs here.
@@ -378,16 +379,15 @@ def _role_set(ns: str) -> dict[str, Any]:
 
 
 async def test_an_external_disaggregated_set_role_is_scaled_through_its_role_scaler(
-    live: Live,
+    live: Live, chart_objects: list[dict[str, Any]]
 ) -> None:
     ns = "roles"
     crds = tuple(
         shared_data_path("crds", f"disaggregatedset.x-k8s.io_{plural}.yaml")
         for plural in ("disaggregatedsets", "disaggregatedsetrolescalers")
     )
-    async with FakeKube.start(bookmark_interval_s=0.5, crd_files=crds) as kube:
+    async with installed_cluster(chart_objects, crd_files=crds) as kube:
         kube.add_controller(reconcile_disaggregatedsets)
-        add_gpu_zones(kube, zones=8)
         kube.add_namespace(ns)
         created = kube.apply(_role_set(ns))
         # Each role's LWS as the DisaggregatedSet controller makes it: the role's metadata

@@ -62,13 +62,18 @@ async def test_rising_decode_queue_scales_decode_by_whole_gangs_and_keeps_prefil
             groups[group] = groups.get(group, 0) + 1
         assert set(groups.values()) == {2}
         # The plans that grew decode said why; the newest plan may already be a later tick's
-        # hold (its window keeps the gangs), so count every plan by reason.
+        # hold (its window keeps the gangs), so count every plan by reason. A tick writes the
+        # scale before it counts its decisions: the count follows.
         labels = {"namespace": ns, "deployment": "llama", "component": "decode"}
-        grew = [
-            await running.metric("gang_autoscaler_decisions_total", **labels, reason=reason)
-            for reason in ("scale_up_waiting", "scale_up_rate_limited")
-        ]
-        assert sum(n or 0 for n in grew) >= 1
+
+        async def growth_counted() -> bool:
+            grew = [
+                await running.metric("gang_autoscaler_decisions_total", **labels, reason=reason)
+                for reason in ("scale_up_waiting", "scale_up_rate_limited")
+            ]
+            return sum(n or 0 for n in grew) >= 1
+
+        await wait_until(growth_counted, timeout_s=10, what="the scale-ups counted by reason")
         assert spec_gangs(kube, ns, PREFILL) >= 1
         scaled_up = await running.metric(
             "gang_autoscaler_scale_writes_total",

@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 from tests.harness.fake_kube import FakeKube
+from tests.harness.helm_chart import NAMESPACE as CHART_NAMESPACE
 from tests.harness.prometheus_server import free_port
 from tests.service.conftest import Live
 from tests.service.stack import (
@@ -92,7 +93,7 @@ async def test_sigterm_mid_tick_exits_cleanly_and_restart_does_not_duplicate_bal
             {
                 "prometheus_url": live.prometheus.url,
                 "tick": "2s",
-                "lease_namespace": "default",
+                "lease_namespace": CHART_NAMESPACE,
                 "lease_duration": "3s",
                 "prometheus_timeout": "1s",
                 "staleness_limit": "5s",
@@ -124,7 +125,7 @@ async def test_sigterm_mid_tick_exits_cleanly_and_restart_does_not_duplicate_bal
         messages = [line["message"] for line in lines]
         assert any("giving the tick in flight" in m for m in messages), messages[-20:]
         assert any("released the leader lease" in m for m in messages), messages[-20:]
-        lease = kube.object("leases", "default", "gang-autoscaler")
+        lease = kube.object("leases", CHART_NAMESPACE, "gang-autoscaler")
         assert lease is not None and not lease["spec"].get("holderIdentity")
         decisions = [line for line in lines if "desired_gangs" in line]
         assert decisions and all(line["reason"] for line in decisions)

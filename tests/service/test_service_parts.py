@@ -53,6 +53,7 @@ from autoscaler.service.settings import build_run_parser, load_settings
 from tests.adapters.kube_fixtures import vllm_lws
 from tests.core.builders import obs, observations, policy
 from tests.harness.fake_kube import FakeKube
+from tests.harness.helm_chart import NAMESPACE as CHART_NAMESPACE
 from tests.harness.prometheus_server import free_port
 from tests.service.stack import DECODE, pd_manifests, settings_for, start_service, wait_until
 
@@ -402,7 +403,7 @@ async def test_a_prometheus_deadline_cut_to_half_the_tick_is_said_at_start(
     caplog.set_level(logging.INFO, logger="autoscaler.service.app")
     # through the flags, as `run` reads them (the merged settings are validated again)
     argv = ["--prometheus-url", silent_prometheus, "--tick", "500ms", "--lease-duration", "3s"]
-    argv += ["--http-port", str(free_port()), "--lease-namespace", "default"]
+    argv += ["--http-port", str(free_port()), "--lease-namespace", CHART_NAMESPACE]
     argv += ["--backfill-days", "0"] + (["--prometheus-timeout", timeout] if timeout else [])
     running = await start_service(kube, load_settings(build_run_parser().parse_args(argv)))
     await running.close()

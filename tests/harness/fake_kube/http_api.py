@@ -18,6 +18,7 @@ from aiohttp import web
 from tests.harness.fake_kube import errors
 from tests.harness.fake_kube.cluster import Cluster
 from tests.harness.fake_kube.errors import ApiError
+from tests.harness.fake_kube.rbac import Access, Rbac, request_verb
 from tests.harness.fake_kube.resources import VERBS, ResourceType
 from tests.harness.fake_kube.selectors import (
     fields_match,
@@ -67,6 +68,11 @@ class KubeHttpApi:
         # None: any request is served. Else the bearer tokens the server accepts now; any
         # other request is answered 401, as the real server answers an expired token.
         self.accepted_tokens: frozenset[str] | None = None
+        # None: every authenticated request is allowed. Else requests its rules do not cover
+        # are answered 403 Forbidden; `accesses` records each request authorized, and whether
+        # it was allowed.
+        self.rbac: Rbac | None = None
+        self.accesses: list[tuple[Access, bool]] = []
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -152,7 +158,28 @@ class KubeHttpApi:
         if not rest:
             return _json(self._resource_list(group, version))
         target = self._target(group, version, rest)
+        if self.rbac is not None:
+            self._authorize(request, target)
         return await self._serve(request, target)
+
+    def _authorize(self, request: web.Request, target: Target) -> None:
+        resource = target.rtype.plural
+        if target.subresource:
+            resource += f"/{target.subresource}"
+        named = target.name is not None
+        watch = request.query.get("watch", "").lower() in _TRUE
+        access = Access(
+            request_verb(request.method, named=named, watch=watch),
+            target.rtype.group,
+            resource,
+            target.namespace,
+            target.name,
+        )
+        assert self.rbac is not None
+        allowed = self.rbac.allows(access)
+        self.accesses.append((access, allowed))
+        if not allowed:
+            raise self.rbac.forbidden(access)
 
     def _target(self, group: str, version: str, rest: list[str]) -> Target:
         def rtype_of(plural: str) -> ResourceType:

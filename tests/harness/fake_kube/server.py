@@ -19,6 +19,7 @@ from kubernetes_asyncio import client as k8s_client
 
 from tests.harness.fake_kube.cluster import DEFAULT_NAMESPACES, Cluster
 from tests.harness.fake_kube.http_api import KubeHttpApi
+from tests.harness.fake_kube.rbac import Access, Rbac
 from tests.harness.fake_kube.store import Obj
 
 
@@ -107,6 +108,15 @@ class FakeKube(Cluster):
         """Serve only requests bearing one of `tokens` (a rotation: the new one, the old one
         expired); others get 401 Unauthorized. The clients above use "fake-token"."""
         self.http.accepted_tokens = frozenset(tokens)
+
+    def enforce_rbac(self, rbac: Rbac) -> None:
+        """Answer 403 Forbidden to every request `rbac`'s rules do not cover, as the API
+        server does for a service account bound to those roles."""
+        self.http.rbac = rbac
+
+    def denied(self) -> list[Access]:
+        """The requests refused for want of a grant since `enforce_rbac`."""
+        return [access for access, allowed in self.http.accesses if not allowed]
 
     def resource(self, name: str) -> Any:
         """A resource type by plural, `plural.group`, kind or short name ("lws", "Pod")."""
