@@ -126,6 +126,14 @@ def ceil_gangs(value: float) -> int:
     return math.ceil(value - 1e-9)
 
 
+def floor_gangs(value: float) -> int:
+    """`floor(value)` in whole gangs, with the same tolerance of float noise as `ceil_gangs`
+    (3 * 0.1 / 0.1 stays 3)."""
+    if value >= GANGS_CEILING:
+        return GANGS_CEILING
+    return math.floor(value + 1e-9)
+
+
 def gangs_for_demand(demand: float, capacity: float) -> int:
     """Whole gangs needed to serve `demand` at target."""
     if demand <= 0:

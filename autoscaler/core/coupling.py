@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from autoscaler.core.capacity import ceil_gangs
+from autoscaler.core.capacity import ceil_gangs, floor_gangs
 from autoscaler.core.gang_plan import Reason
 from autoscaler.core.model import Component, ComponentKey
 from autoscaler.core.policy import Policy, RatioBand
@@ -68,12 +68,17 @@ def couple_deployment(
         max_decode=policies[d_key].max_replicas,
     )  # fmt: skip
     if raised is None:
-        # no count within both maximums is in the band: raise the short side as far as it
-        # goes, the nearest the band allows
+        # No count within both maximums is in the band: raise the short side toward it, but
+        # never past the band's far edge. Past it, the next tick finds the other side short
+        # and raises that, then this one again: both sides climbed to their maximums over a
+        # few ticks, even while every signal was missing (3:4 at 4 and 5 gangs went to 6, 7).
+        max_prefill, max_decode = policies[p_key].max_replicas, policies[d_key].max_replicas
         if p / d < band.low:
-            raised = (min(ceil_gangs(band.low * d), policies[p_key].max_replicas), d)
+            toward = min(ceil_gangs(band.low * d), floor_gangs(band.high * d), max_prefill)
+            raised = (max(p, toward), d)
         else:
-            raised = (p, min(ceil_gangs(p / band.high), policies[d_key].max_replicas))
+            far = floor_gangs(p / band.low) if band.low > 0 else max_decode
+            raised = (p, max(d, min(ceil_gangs(p / band.high), far, max_decode)))
     new_p, new_d = raised
     if new_p > p:
         out[p_key] = Coupled(new_p, Reason.RATIO_BAND, f"prefill raised to keep {band}")

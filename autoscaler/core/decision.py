@@ -20,12 +20,13 @@ from autoscaler.core.burst import BurstFactor, burst_factor, remember_demand
 from autoscaler.core.capacity import (
     DEFAULT_DEMAND_WINDOW_S,
     capacity_per_gang,
+    ceil_gangs,
     extend_stretch,
     gangs_for_demand,
     learn_capacity,
 )
 from autoscaler.core.coupling import couple_deployment, functional_minimum
-from autoscaler.core.fit import GrowthRequest, allocate_growth
+from autoscaler.core.fit import GrowthRequest, Unplaced, allocate_growth
 from autoscaler.core.gang_plan import (
     ComponentMemory,
     ComponentPlan,
@@ -40,6 +41,7 @@ from autoscaler.core.model import (
     ComponentObservation,
     DeploymentKey,
     Forecast,
+    GangState,
     Observations,
 )
 from autoscaler.core.partial_gangs import GangAges, classify
@@ -168,9 +170,10 @@ def _draft(
         first_seen=memory.not_ready_first_seen,
     )
     proposal = reactive_proposal(obs, policy, tolerance=tolerance)
-    if forecast is not None and not (
+    broken_forecast = forecast is not None and not (
         math.isfinite(forecast.point) and math.isfinite(forecast.upper)
-    ):
+    )
+    if broken_forecast:
         forecast = None  # a forecaster's NaN or inf is no forecast
     # What one gang served under another template (a new image, model or parallelism) says
     # nothing about this one, and a stale low value would never be corrected: the floor it
@@ -282,12 +285,14 @@ def _draft(
     last_need = memory.last_scale_up_need
     if draft.gangs > current and ages.starting and last_need is not None:
         allowed = max(current, last_need)
-        grew = draft.gangs > math.ceil(last_need * (1 + tolerance))
+        grew = draft.gangs > ceil_gangs(last_need * (1 + tolerance))
         if draft.gangs > allowed and not grew:
+            # Up to the need the gangs starting were ordered for is still a scale-up, and
+            # says so: only a count left where it is is a hold.
             draft.step(
                 "starting",
                 allowed,
-                Reason.HOLD_GANGS_STARTING,
+                Reason.HOLD_GANGS_STARTING if allowed == current else draft.reason,
                 f"{len(ages.starting)} gangs still starting; need {draft.gangs} has not grown "
                 f"past {last_need}",
             )
@@ -309,6 +314,16 @@ def _draft(
                 Reason.SCALE_DOWN_STABILIZED,
                 f"highest proposal in the last {policy.scale_down_window_s:g}s",
             )
+    # A forecast that came back NaN or inf is missing data: the floor it may have been
+    # holding is unknown, so nothing goes below the current count until it is a number again.
+    if broken_forecast and policy.forecast and draft.gangs < current:
+        draft.step(
+            "forecast",
+            current,
+            Reason.HOLD_MISSING_DATA,
+            "the forecast is not a number: not scaling down without it",
+        )
+        draft.need = current  # remembered as a hold is, in the scale-down window
     # Every tick is remembered, a hold too (its need is the current count): after an outage
     # longer than the window, the first reading must not find the window empty and drop
     # every gang the load no longer seems to need in one tick.
@@ -381,7 +396,10 @@ def _fit(drafts: Mapping[ComponentKey, _Draft], observations: Observations) -> N
     if not requests:
         return
     grants = allocate_growth(
-        requests, observations.cluster.nodes, can_grow=observations.cluster.can_grow
+        requests,
+        observations.cluster.nodes,
+        can_grow=observations.cluster.can_grow,
+        unplaced=_unplaced(observations),
     )
     for key, grant in grants.items():
         d = drafts[key]
@@ -404,6 +422,23 @@ def _fit(drafts: Mapping[ComponentKey, _Draft], observations: Observations) -> N
             )
 
 
+def _unplaced(observations: Observations) -> list[Unplaced]:
+    """Every component's gangs below its replicas with pods no node holds yet (Pending or
+    partial, or not created at all), in a fixed order: the room they need is not free for
+    new gangs, or a fixed cluster is asked for gangs that compete with them for it."""
+    out = []
+    for key in sorted(observations.components):
+        obs = observations.components[key]
+        by_index = {g.group_index: g for g in obs.gangs}
+        pods_per_gang = obs.shape.pods_per_gang
+        for index in range(obs.spec_gangs):
+            gang = by_index.get(index)
+            missing = pods_per_gang if gang is None else gang.pods_expected - gang.pods_scheduled
+            if missing > 0:
+                out.append(Unplaced(key.namespace, obs.shape, min(missing, pods_per_gang)))
+    return out
+
+
 def _detail(d: _Draft) -> str:
     """Why the count is what it is: the detail of the last step that gave the reason, and
     the fit step's note when some of the gangs wait for nodes (that step, like the note that
@@ -424,6 +459,33 @@ def _detail(d: _Draft) -> str:
     if d.reason is Reason.CAPACITY_SHORT:
         why = next((s.detail for s in reversed(d.steps) if s.stage == "fit"), why)
     return "; ".join(part for part in (why, waiting) if part)
+
+
+def _keep_ready(d: _Draft) -> None:
+    """Step 7, on a scale-down: LWS keeps the lowest groups, so when a group below the new
+    count is not ready (partial, restarting, still loading), keep as many more as it takes
+    for the count's ready gangs to stay, or every ready gang when fewer are ready. Else a
+    not-ready group 0 outlives the ready groups above it: 3 -> 1 with only groups 1 and 2
+    ready left none. Never past `max-replicas`; at zero, the whole deployment goes."""
+    spec = d.obs.spec_gangs
+    if not 0 < d.gangs < spec:
+        return
+    ready = sorted(
+        g.group_index for g in d.obs.gangs if g.state is GangState.READY and g.group_index < spec
+    )
+    wanted = min(d.gangs, len(ready))
+    if wanted == 0:
+        return
+    keep = min(ready[wanted - 1] + 1, max(d.gangs, d.policy.max_replicas))
+    if keep > d.gangs:
+        not_ready = sorted(set(range(keep)) - set(ready))
+        d.step(
+            "keep_ready",
+            keep,
+            Reason.KEEP_READY_GANGS,
+            f"groups {not_ready} not ready: keeping {keep} gangs so that {wanted} ready "
+            f"{'gang stays' if wanted == 1 else 'gangs stay'} (LWS removes the highest groups)",
+        )
 
 
 def _roll_back(
@@ -519,6 +581,7 @@ def plan(
         pd = len(members_drafts) > 1
         deployment_up = any(d.gangs > 0 for d in members_drafts.values())
         for key, d in members_drafts.items():
+            _keep_ready(d)
             rolled, stuck = _roll_back(d, deployment_up=deployment_up, pd=pd)
             balloons, balloon_reason, balloon_detail = balloon_gangs(
                 policy=d.policy,

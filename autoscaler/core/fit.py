@@ -198,6 +198,41 @@ def place_gang(
 
 
 @dataclass(frozen=True, slots=True)
+class Unplaced:
+    """Pods of a gang already asked for (below its LWS's replicas) that no node holds yet:
+    the scheduler will place them in room a new gang would otherwise be counted on."""
+
+    namespace: str
+    shape: GangShape
+    missing_pods: int  # of `shape.pods_per_gang`; all of them when none is placed
+
+
+def reserve(unplaced: Iterable[Unplaced], nodes: Sequence[NodeCapacity], room: Room) -> Room:
+    """The room left once every unplaced pod takes its share, each where it fits best. A
+    gang with no pod placed is placed whole (its topology, its exclusive domain); the missing
+    members of a partial gang go to any node they may run on (the domain its placed members
+    hold is not known here), the workers' shape for each (the leader is made first). What
+    does not fit takes nothing: it waits for nodes, as the new gangs would."""
+    for gang in unplaced:
+        if gang.missing_pods <= 0:
+            continue
+        if gang.missing_pods >= gang.shape.pods_per_gang:
+            after = place_gang(gang.shape, nodes, room, namespace=gang.namespace)
+            room = after if after is not None else room
+            continue
+        pods = gang.shape.pods[gang.shape.pods_per_gang - gang.missing_pods :]
+        placed = _best_fit(pods, nodes, room.free)
+        if placed is not None:
+            trial, used = placed
+            room = Room(
+                free={**room.free, **trial},
+                taken=room.taken,
+                occupied=room.occupied | {(gang.namespace, name) for name in used},
+            )
+    return room
+
+
+@dataclass(frozen=True, slots=True)
 class GrowthRequest:
     """A component that wants more gangs than it has."""
 
@@ -221,8 +256,10 @@ def allocate_growth(
     nodes: Sequence[NodeCapacity],
     *,
     can_grow: bool,
+    unplaced: Iterable[Unplaced] = (),
 ) -> dict[ComponentKey, Grant]:
-    """Hand out the room on `nodes` to scale-ups, in three rounds:
+    """Hand out the room on `nodes`, less what the `unplaced` pods of gangs already asked
+    for will take, to scale-ups, in three rounds:
 
     1. every deployment with a component at zero gets one gang of each component, all of
        them or none, so it can serve;
@@ -233,7 +270,7 @@ def allocate_growth(
     still computed so the plan can say how many gangs wait for nodes.
     """
     ordered = sorted(requests, key=lambda r: (r.deployment, r.key))
-    room = Room.of(nodes)
+    room = reserve(unplaced, nodes, Room.of(nodes))
     granted = {r.key: r.current_gangs for r in ordered}
     fit_now = {r.key: 0 for r in ordered}
 

@@ -47,6 +47,7 @@ class Reason(enum.StrEnum):
     CAPACITY_SHORT = "capacity_short"
     # partial gangs
     PARTIAL_GANG_ROLLED_BACK = "partial_gang_rolled_back"
+    KEEP_READY_GANGS = "keep_ready_gangs"
     # buffer
     BUFFER_FORECAST = "buffer_forecast"
     BUFFER_MIN = "buffer_min"

@@ -43,9 +43,11 @@ def _signal_proposal(
 ) -> tuple[int, float]:
     """Gangs proposed by one signal, and its usage ratio (observed per gang / target)."""
     if ready_gangs == 0:
-        # No ready gang to average over: size straight from the total load.
+        # No ready gang to average over: size straight from the total load, and never below
+        # the gangs there are. Those are all starting or broken, and what they would serve
+        # once ready is not known: 6 waiting at 4 per gang proposed 2 of 4 starting gangs.
         wanted = ceil_gangs(total / target_per_gang) if total > 0 else 0
-        return max(wanted, 1 if total > 0 else 0), math.inf if total > 0 else 0.0
+        return max(wanted, current_gangs, 1 if total > 0 else 0), (math.inf if total > 0 else 0.0)
     ratio = (total / ready_gangs) / target_per_gang
     if abs(ratio - 1.0) <= tolerance:
         return current_gangs, ratio
@@ -156,7 +158,8 @@ def demand_proposal(
     more, which is why the decision lets it raise (never lower) the reactive proposal.
     """
     demand = obs.signals.demand
-    if demand is None or capacity <= 0:
+    # A negative or infinite rate is no reading (a counter reset mis-read, a broken query).
+    if demand is None or not 0 <= demand < math.inf or capacity <= 0:
         return None
     gangs, _ = _signal_proposal(
         total=demand,

@@ -13,6 +13,8 @@ from autoscaler.core.gang_plan import ComponentMemory, Memory, Reason, Saturated
 from autoscaler.core.model import (
     ComponentKey,
     ComponentObservation,
+    Forecast,
+    GangState,
     GangStatus,
     NodeCapacity,
     Signals,
@@ -150,6 +152,50 @@ def test_reactive_bounds_and_limits(component, pol, expected_gangs, expected_rea
     assert result.desired_gangs == expected_gangs
     assert result.reason is expected_reason
     assert not result.hold
+
+
+def test_a_forecast_gone_nan_holds_the_gangs_its_floor_held():
+    """The floor held 5 gangs for a forecast surge; then the forecaster answers NaN. That is
+    missing data: past the scale-down window the queue alone scaled to 2."""
+    pol = policy(capacity_per_replica=1000, max_replicas=10)
+    component = obs(ready=5, waiting=0, kv=0.2, demand=900)
+    result, memory = decide(component, pol, fc=forecast(4_800), now=NOW)
+    assert result.desired_gangs == 5
+    now = NOW
+    for _ in range(21):
+        now += 15
+        result, memory = decide(
+            component, pol, fc=Forecast(math.nan, math.nan, 300), memory=memory, now=now
+        )
+    assert (result.desired_gangs, result.reason) == (5, Reason.HOLD_MISSING_DATA)
+    assert result.detail == "the forecast is not a number: not scaling down without it"
+    # the holds fill the window: a forecast back to a number does not drop 3 gangs at once
+    result, _ = decide(component, pol, fc=forecast(900), memory=memory, now=now + 15)
+    assert result.desired_gangs == 5
+
+
+@pytest.mark.parametrize(
+    ("waiting", "kv"),
+    [
+        pytest.param(6, 0.5, id="a-queue-for-fewer-gangs-than-are-starting"),
+        pytest.param(0, 0.0, id="idle-readings"),
+    ],
+)
+def test_no_ready_gang_never_proposes_fewer_gangs(waiting, kv):
+    """Four gangs, none ready yet: what they serve once ready is not known, so readings
+    without a ready gang to average over never scale them down (6 waiting at 4 per gang
+    proposed 2)."""
+    component = obs(ready=0, spec=4, waiting=waiting, kv=kv)
+    result, _ = decide(component, policy(scale_down_window="0s"))
+    assert result.desired_gangs == 4
+
+
+@pytest.mark.parametrize("demand", [-1e306, -5.0, math.inf])
+def test_a_demand_reading_that_cannot_be_a_rate_is_no_reading(demand):
+    component = obs(ready=2, waiting=8, kv=0.8, demand=demand)
+    result, _ = decide(component, policy(capacity_per_replica=0.001))
+    assert result.desired_gangs == 2
+    assert "demand" not in [s.stage for s in result.steps]
 
 
 def test_scale_down_waits_for_its_window_then_takes_the_windows_highest_proposal():
@@ -648,6 +694,36 @@ def test_partial_gang_within_its_timeout_stays():
     assert result.rolled_back_groups == ()
 
 
+@pytest.mark.parametrize(
+    ("group_0", "max_replicas", "expected_gangs"),
+    [
+        pytest.param(GangStatus(0, 2, 1, 0, NOW - 1200), 10, 2, id="partial-timed-out"),
+        pytest.param(GangStatus(0, 2, 2, 0, NOW - 60), 10, 2, id="restarting"),
+        pytest.param(GangStatus(0, 2, 2, 2), 10, 1, id="ready-nothing-to-keep"),
+        pytest.param(GangStatus(0, 2, 1, 0, NOW - 1200), 1, 1, id="never-past-max-replicas"),
+    ],
+)
+def test_a_scale_down_keeps_the_ready_gangs_the_count_asks_for(
+    group_0, max_replicas, expected_gangs
+):
+    """One ready gang's load on three gangs whose group 0 is not ready: 3 -> 1 would keep
+    group 0 alone (LWS removes the highest groups) and leave no ready gang."""
+    gangs = (group_0, GangStatus(1, 2, 2, 2), GangStatus(2, 2, 2, 2))
+    ready = sum(g.state is GangState.READY for g in gangs)
+    component = obs(ready=ready, spec=3, waiting=0, kv=0.3 * 2 / ready, gangs=gangs)
+    memory = ComponentMemory(proposals=((NOW - 301, 3),), not_ready_first_seen=((0, NOW - 1200),))
+    result, _ = decide(
+        component, policy(gang_timeout="10m", max_replicas=max_replicas), memory=memory
+    )
+    assert result.desired_gangs == expected_gangs
+    if expected_gangs == 2:
+        assert result.reason is Reason.KEEP_READY_GANGS
+        assert result.detail == (
+            "groups [0] not ready: keeping 2 gangs so that 1 ready gang stays (LWS removes "
+            "the highest groups)"
+        )
+
+
 def test_timed_out_gang_below_the_desired_count_is_reported_stuck_not_removed():
     component = obs(
         ready=2,
@@ -738,7 +814,51 @@ def test_no_scale_up_stacks_on_starting_gangs_unless_the_need_grew(
     assert result.reason is expected_reason
 
 
+def test_a_need_past_the_tolerance_is_growth_whatever_the_float_rounding():
+    """50 * 1.1 is 55.00000000000001 in floats: a ceiling of it read 56, and a need of 56
+    was held as not grown past 50."""
+    gangs = tuple(GangStatus(i, 2, 2, 2) for i in range(48)) + tuple(
+        GangStatus(i, 2, 2, 0, NOW - 60) for i in (48, 49)
+    )
+    component = obs(ready=48, spec=50, waiting=0, kv=0.8 * 56 / 48, gangs=gangs)
+    memory = ComponentMemory(last_scale_up_need=50)
+    result, _ = decide(component, policy(max_replicas=200, max_scale_up=10), memory=memory)
+    assert (result.desired_gangs, result.reason) == (56, Reason.SCALE_UP_KV_CACHE)
+
+
+def test_a_scale_up_to_the_need_already_ordered_is_not_called_a_hold():
+    """Rate-limited to 4 of a need of 6, with 2 gangs starting: 4 -> 6 is a scale-up, and
+    its Events and metrics must not count it as a hold."""
+    component = obs(
+        ready=2,
+        spec=4,
+        waiting=28,
+        kv=0.5,
+        gangs=gangs_with((2, 2, None), (2, 2, None), (2, 0, NOW - 30), (2, 0, NOW - 30)),
+    )
+    memory = ComponentMemory(last_scale_up_need=6)
+    result, _ = decide(component, policy(max_scale_up=2), memory=memory)
+    assert (result.desired_gangs, result.reason) == (6, Reason.SCALE_UP_WAITING)
+    assert result.detail.startswith("2 gangs still starting; need 7 has not grown past 6")
+
+
 # --- fit ---------------------------------------------------------------------------------
+
+
+def test_a_pending_gang_keeps_the_room_it_needs_from_new_gangs():
+    """Group 1 waits for the one gang of room two empty nodes hold; a cluster that cannot
+    grow has none for a group 2."""
+    gangs = (GangStatus(0, 2, 2, 2), GangStatus(1, 2, 0, 0, NOW - 30))
+    component = obs(ready=1, spec=2, waiting=16, kv=0.5, gangs=gangs)
+    result, _ = decide(
+        component,
+        policy(max_scale_up=5),
+        nodes=(node("a", gpus=8), node("b", gpus=8)),
+        can_grow=False,
+        memory=ComponentMemory(last_scale_up_need=2),
+    )
+    assert (result.desired_gangs, result.reason) == (2, Reason.CAPACITY_SHORT)
+    assert result.detail == "0 of 2 more gangs fit on the nodes now"
 
 
 @pytest.mark.parametrize(
@@ -1048,6 +1168,31 @@ def test_a_ratio_band_is_reached_with_the_fewest_gangs(band, prefill, decode, ex
         decode_policy=policy(component="decode", **fixed),
     )
     assert (p.desired_gangs, d.desired_gangs) == expected
+
+
+def test_a_band_out_of_reach_holds_while_data_is_missing():
+    """3:4 within 6 prefill and 7 decode gangs is out of reach from 4 and 5 (3:4 and 6:8
+    lower a side). Prefill at 4 is already the nearest below 5 * 0.75, so nothing moves;
+    raising prefill to 4 past the edge of 3.75 made the next tick raise decode, and so on,
+    to both maximums with every signal missing."""
+    band = {"deployment": "chat", "prefill_decode_ratio": "3:4", "max_scale_up": 2}
+    p_pol = policy(component="prefill", max_replicas=6, **band)
+    d_pol = policy(component="decode", max_replicas=7, **band)
+    spec, memory = (4, 5), Memory()
+    for tick in range(4):
+        p_obs = obs("chat-p", ready=spec[0], waiting=None, kv=None)
+        d_obs = obs("chat-d", ready=spec[1], waiting=None, kv=None)
+        the_plan, memory = plan(
+            observations(p_obs, d_obs),
+            {p_obs.key: p_pol, d_obs.key: d_pol},
+            {},
+            memory,
+            now=NOW + 15 * tick,
+        )
+        p, d = the_plan.components[p_obs.key], the_plan.components[d_obs.key]
+        assert (p.desired_gangs, d.desired_gangs) == (4, 5), tick
+        assert p.reason is d.reason is Reason.HOLD_MISSING_DATA
+        spec = (p.desired_gangs, d.desired_gangs)
 
 
 def test_a_component_without_a_valid_policy_holds():

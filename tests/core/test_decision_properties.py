@@ -5,6 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from autoscaler.core.coupling import couple_deployment
 from autoscaler.core.decision import plan
 from autoscaler.core.gang_plan import ComponentMemory, Memory
 from autoscaler.core.model import ComponentKey, Forecast, GangStatus
@@ -142,6 +143,39 @@ def test_plan_is_deterministic(scenario):
     first = plan(observations_, policies, forecasts, memory, now=NOW)
     second = plan(observations_, policies, forecasts, memory, now=NOW)
     assert first == second
+
+
+BANDS = ["1:2-1:4", "1:3", "2:3", "1:1", "3:1-1:1", "1:8", "5:7-2:3", "1:2.5", "7:3", "3:4"]
+
+
+@settings(max_examples=1500, deadline=None)
+@given(
+    prefill=st.integers(0, 30),
+    decode=st.integers(0, 30),
+    minimum=st.integers(0, 3),
+    max_prefill=st.integers(3, 30),
+    max_decode=st.integers(3, 30),
+    band=st.sampled_from(BANDS),
+)
+def test_coupling_settles_in_one_pass(prefill, decode, minimum, max_prefill, max_decode, band):
+    """Coupling what coupling returned changes nothing: a band that cannot be met within
+    the maximums is approached without passing its far edge, or each tick raises the other
+    side and both climb to their maximums."""
+    keys = (ComponentKey("serving", "chat-p"), ComponentKey("serving", "chat-d"))
+    common = {"deployment": "chat", "min_replicas": minimum, "prefill_decode_ratio": band}
+    policies = {
+        keys[0]: policy(component="prefill", max_replicas=max_prefill, **common),
+        keys[1]: policy(component="decode", max_replicas=max_decode, **common),
+    }
+    bounded = {
+        keys[0]: min(max(prefill, minimum), max_prefill),
+        keys[1]: min(max(decode, minimum), max_decode),
+    }
+    once = {k: c.gangs for k, c in couple_deployment(bounded, policies).items()}
+    twice = {k: c.gangs for k, c in couple_deployment(once, policies).items()}
+    assert twice == once
+    for key in keys:
+        assert bounded[key] <= once[key] <= policies[key].max_replicas
 
 
 def test_components_are_keyed_by_their_lws():

@@ -1,8 +1,12 @@
-"""Placement of one more gang (`place_gang`): exclusive topologies within one pass."""
+"""Placement of one more gang (`place_gang`): exclusive topologies within one pass, and the
+room Pending gangs will take (`allocate_growth`)."""
 
 from __future__ import annotations
 
-from autoscaler.core.fit import Room, place_gang
+import pytest
+
+from autoscaler.core.fit import GrowthRequest, Room, Unplaced, allocate_growth, place_gang
+from autoscaler.core.model import ComponentKey, DeploymentKey
 from tests.core.builders import exclusive_node, node, shape
 
 # two zones of two 16-GPU nodes; a gang is two 8-GPU pods, and best fit puts both on one node
@@ -65,3 +69,44 @@ def test_a_bound_exclusive_gang_holds_its_zone_against_another_key_and_not_unlab
     alone = (exclusive_node("e", "serving", gpus=16), node("f", gpus=16))
     start = Room.of(alone)
     assert place_gang(SHARED, alone, start, namespace="serving") is not None
+
+
+# --- room that gangs already asked for will take --------------------------------------------
+
+
+def _grow(unplaced: tuple[Unplaced, ...], wanted: int = 3) -> int:
+    """Gangs granted on two 8-GPU nodes (one 2x8-GPU gang of room) to a component at 1 that
+    wants `wanted`, on a cluster that cannot grow."""
+    request = GrowthRequest(
+        key=ComponentKey("serving", "decode"),
+        deployment=DeploymentKey("serving", "chat"),
+        shape=SHARED,
+        current_gangs=1,
+        minimum_gangs=1,
+        wanted_gangs=wanted,
+    )
+    nodes = (node("a"), node("b"))
+    return allocate_growth([request], nodes, can_grow=False, unplaced=unplaced)[request.key].gangs
+
+
+@pytest.mark.parametrize(
+    ("unplaced", "expected_gangs"),
+    [
+        pytest.param((), 2, id="free-room-holds-one-more-gang"),
+        pytest.param((Unplaced("serving", SHARED, 2),), 1, id="a-pending-gang-takes-that-room"),
+        pytest.param(
+            (Unplaced("batch", SHARED, 2),), 1, id="whichever-namespace-the-pending-gang-is-in"
+        ),
+        pytest.param((Unplaced("serving", SHARED, 1),), 1, id="a-partial-gangs-missing-pod"),
+        pytest.param(
+            (Unplaced("serving", shape(pods_per_gang=2, gpus=16), 2),),
+            2,
+            id="a-gang-that-fits-nowhere-takes-nothing",
+        ),
+    ],
+)
+def test_pods_of_gangs_already_asked_for_take_their_room_first(unplaced, expected_gangs):
+    """Counting that room for a new gang ordered gangs that competed for it with those
+    already Pending: on a cluster that cannot grow, partial gangs that hold GPUs and serve
+    nothing."""
+    assert _grow(unplaced) == expected_gangs
