@@ -14,6 +14,7 @@ that exist (pure functions, tested on dicts); `BalloonWriter` carries the decisi
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import hashlib
 import itertools
@@ -516,31 +517,61 @@ class BalloonWriter:
             return f"delete {namespace}/{pod_name}: {describe(err)}"
         return None
 
+    async def _take_back(self, namespace: str, pods: Iterable[tuple[str, str | None]]) -> None:
+        """Delete the members of a gang this pass made, all at once; a uid of None deletes
+        by name (a member whose creation got no answer may exist)."""
+        await asyncio.gather(*(self._delete(namespace, name, uid=uid) for name, uid in pods))
+
     async def _create_gang(self, namespace: str, manifests: Iterable[dict[str, Any]]) -> str | None:
-        # (name, uid) of each member this pass created; the uid is None when no answer came
-        created: list[tuple[str, str | None]] = []
+        """Create every member of one balloon gang at once, or none: a member that fails
+        takes back the others. One after another, a gang of 8 at a second a create outlasted
+        the tick's deadline, which cut it off before its clean-up: the next pass deleted the
+        half gang and started another, cut off again, and no whole gang ever existed."""
+        manifests = list(manifests)
+        if not self._may_write():
+            raise NotLeader("the leader Lease was lost before creating balloon pods")
 
-        async def take_back() -> None:
-            for pod_name, uid in created:
-                await self._delete(namespace, pod_name, uid=uid)
-
-        for manifest in manifests:
-            name = manifest["metadata"]["name"]
-            if not self._may_write():
-                # no half gang left behind: deleting gives capacity back, always safe
-                await take_back()
-                raise NotLeader("the leader Lease was lost while creating balloon pods")
+        async def create(manifest: dict[str, Any]) -> tuple[str | None, Exception | None]:
             try:
                 pod = await self._core.create_namespaced_pod(namespace, manifest)
             except API_CALL_ERRORS as err:
-                # Never leave part of a balloon gang behind: undo what this pass created,
-                # and the failed member too when no answer came (it may exist).
-                if status_of(err) is None:
-                    created.append((name, None))
-                await take_back()
-                return f"create {namespace}/{name}: {describe(err)}"
-            created.append((name, getattr(getattr(pod, "metadata", None), "uid", None)))
-        return None
+                return None, err
+            return getattr(getattr(pod, "metadata", None), "uid", None), None
+
+        names = [str(m["metadata"]["name"]) for m in manifests]
+        tasks = [asyncio.ensure_future(create(m)) for m in manifests]
+        try:
+            results = await asyncio.gather(*tasks)
+        except asyncio.CancelledError:
+            # Cut off (the tick's deadline): no half gang left behind. A member whose answer
+            # came is deleted by its uid, any other by name (it may have been created).
+            made = [
+                (name, task.result()[0] if task.done() and not task.cancelled() else None)
+                for name, task in zip(names, tasks, strict=True)
+                if not (task.done() and not task.cancelled() and task.result()[1] is not None)
+            ]
+            await asyncio.shield(self._take_back(namespace, made))
+            raise
+        failed = [(name, err) for name, (_, err) in zip(names, results, strict=True) if err]
+        if not failed:
+            if not self._may_write():
+                # Lost while the members were being made: an instance that no longer leads
+                # leaves nothing behind (deleting gives capacity back, always safe).
+                made = [(name, uid) for name, (uid, _) in zip(names, results, strict=True)]
+                await self._take_back(namespace, made)
+                raise NotLeader("the leader Lease was lost while creating balloon pods")
+            return None
+        # Undo what this pass created, and the failed members too when no answer came.
+        await self._take_back(
+            namespace,
+            [
+                (name, uid)
+                for name, (uid, err) in zip(names, results, strict=True)
+                if err is None or status_of(err) is None
+            ],
+        )
+        name, err = failed[0]
+        return f"create {namespace}/{name}: {describe(err)}"
 
     async def carry_out(
         self, lws: Obj, *, shape: GangShape, plan: BalloonPlan, dry_run: bool

@@ -191,7 +191,6 @@ class Actuator:
 
     async def apply(self, gang_plan: GangPlan, state: KubeState, *, dry_run: bool) -> ApplyReport:
         self._check_leader()
-        await self._events.flush()  # repeats whose 5 minutes are over, even with none since
         balloon_pods: list[dict[str, Any]] | None
         try:
             balloon_pods = await self.list_balloon_pods()
@@ -205,6 +204,7 @@ class Actuator:
         for gone in self._balloon_split_seen.keys() - state.components.keys():
             del self._balloon_split_seen[gone]
         self._balloons.forget_except({(k.namespace, k.lws) for k in state.components})
+        self._scaler.forget_except(state.components)
         now = self._clock()
         self._told_missing = {
             key: last
@@ -235,6 +235,10 @@ class Actuator:
         orphans: tuple[str, ...] = ()
         if balloon_pods is not None:
             orphans = await self._delete_orphans(state, balloon_pods, dry_run=dry_run)
+        # Repeats whose 5 minutes are over, even with none since: after every write, so a
+        # slow Events store delays reports, never the scaling.
+        self._check_leader()
+        await self._events.flush()
         return ApplyReport(components=dict(sorted(out.items())), orphan_balloons_deleted=orphans)
 
     async def report_holds(
@@ -313,6 +317,21 @@ class Actuator:
             return ComponentApplied(key, dry, events=tuple(notes))
         if plan is None or found.shape is None:
             return ComponentApplied(key, dry)
+
+        # The write first, the reports after: an Event's request can take a whole request
+        # timeout, and a slow Events store must not hold the scaling back.
+        outcome: ScaleOutcome | None = None
+        if plan.changes_replicas and not dry:
+            self._check_leader()
+            outcome = await self._scaler.scale(
+                key,
+                desired_gangs=plan.desired_gangs,
+                observed_gangs=plan.current_gangs,
+                observed_resource_version=found.resource_version,
+                target=found.scale_target,
+                observed_uid=found.uid,
+            )
+            await self._report_scale(ref, plan, outcome, notes, policy=found.policy)
         if plan.forgotten_capacity_per_gang is not None and not dry:
             await self._event(
                 ref,
@@ -326,20 +345,7 @@ class Actuator:
                     "and will be learned again at the next saturation"
                 ),
             )
-
         await self._tell_missing_data(ref, plan, notes, dry=dry)
-
-        outcome: ScaleOutcome | None = None
-        if plan.changes_replicas and not dry:
-            self._check_leader()
-            outcome = await self._scaler.scale(
-                key,
-                desired_gangs=plan.desired_gangs,
-                observed_gangs=plan.current_gangs,
-                observed_resource_version=found.resource_version,
-                target=found.scale_target,
-            )
-            await self._report_scale(ref, plan, outcome, notes, policy=found.policy)
         if plan.stuck_groups and not dry:
             await self._event(
                 ref,

@@ -149,7 +149,8 @@ class EventRecorder:
     async def flush(self) -> None:
         """Write the repeats waiting on Events whose interval is over. A failure is logged
         and the repeats wait for the next pass: an Event is a report, never a reason to
-        stop acting."""
+        stop acting. A request with no answer at all (a timeout, a dropped connection) ends
+        the pass: one after another, each would wait its own timeout."""
         moment = self._clock()
         due = [
             (key, known)
@@ -168,6 +169,8 @@ class EventRecorder:
                     log.warning(
                         "writing repeats of Event %s/%s: %s", namespace, event_name, describe(err)
                     )
+                if status_of(err) is None:
+                    return
                 continue
             known.written, known.pending, known.written_at = count, 0, moment
 

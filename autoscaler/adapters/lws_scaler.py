@@ -23,7 +23,7 @@ import asyncio
 import enum
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -105,6 +105,9 @@ class LwsScaler:
         # it was written over, the count written): it may have landed, or not.
         self._in_doubt: dict[ComponentKey, tuple[int, int]] = {}
         self._held_until: dict[ComponentKey, tuple[float, str]] = {}
+        # The uid of the object the memory above is about: an LWS deleted and made again
+        # under its name is a new object, whose count nobody changed behind our back.
+        self._uids: dict[ComponentKey, str] = {}
 
     async def read(self, key: ComponentKey, target: ScaleTarget | None = None) -> _Scale:
         target = target or ScaleTarget.lws(key.lws)
@@ -157,6 +160,24 @@ class LwsScaler:
         another writer's change (a manual `kubectl scale`) stays until it expires."""
         self._last_written.clear()
         self._in_doubt.clear()
+
+    def forget_except(self, keys: Iterable[ComponentKey]) -> None:
+        """Drop what is remembered of components no longer observed (their LWS deleted or
+        opted out): a recreated one starts afresh, and the memory does not grow with churn."""
+        present = set(keys)
+        for memory in (self._last_written, self._in_doubt, self._held_until, self._uids):
+            for key in memory.keys() - present:
+                del memory[key]
+
+    def _same_object(self, key: ComponentKey, uid: str | None) -> None:
+        """Forget the writes and hold of an earlier object of the same name."""
+        if not uid:
+            return
+        if self._uids.get(key, uid) != uid:
+            self._last_written.pop(key, None)
+            self._in_doubt.pop(key, None)
+            self._held_until.pop(key, None)
+        self._uids[key] = uid
 
     def _hold(self, key: ComponentKey, detail: str) -> None:
         self._held_until[key] = (self._clock() + self._foreign_hold_s, detail)
@@ -222,11 +243,13 @@ class LwsScaler:
         observed_gangs: int,
         observed_resource_version: str | None,
         target: ScaleTarget | None = None,
+        observed_uid: str | None = None,
     ) -> ScaleOutcome:
         """Set the target's spec.replicas to `desired_gangs` if nobody else changed it since it
         was observed as `observed_gangs` at `observed_resource_version` (the target's version).
-        The target is the LWS unless given."""
+        The target is the LWS unless given; `observed_uid` is the LWS's uid."""
         target = target or ScaleTarget.lws(key.lws)
+        self._same_object(key, observed_uid)
 
         def outcome(result: ScaleResult, detail: str = "", conflicts: int = 0) -> ScaleOutcome:
             return ScaleOutcome(key, result, observed_gangs, desired_gangs, conflicts, detail)

@@ -14,6 +14,7 @@ import dataclasses
 import datetime as dt
 import functools
 import logging
+import re
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
@@ -404,6 +405,7 @@ async def apply_against_silence(
     )
     await adapter.start(sync_timeout_s=5)
     try:
+        await adapter.ensure_priority_class()
         add_gpu_nodes(kube, 8)
         add_pd(kube)
         await settle(adapter, kube)
@@ -437,8 +439,11 @@ async def test_a_write_with_no_answer_times_out_and_the_pass_goes_on(kube, api):
     assert "may have landed" in decode.detail
     assert report.components[PREFILL].scale.result is ScaleResult.SCALED
     assert spec_replicas(kube, "llama-prefill") == 2
+    # the members are created at once: whichever reached the server first got no answer,
+    # and the other was taken back
     (failed,) = report.components[PREFILL].balloons.failed
-    assert failed.startswith(f"create {NS}/llama-prefill-balloon-0-0: no answer (TimeoutError")
+    assert re.match(rf"create {NS}/llama-prefill-balloon-0-[01]: no answer \(TimeoutError", failed)
+    assert balloon_pods(kube, "llama-prefill") == []
 
 
 async def test_an_hpa_list_with_no_answer_writes_nothing(kube, api):
@@ -508,7 +513,8 @@ async def test_a_refused_balloon_gang_is_a_warning_event_on_its_lws(kube, adapte
     add_pd(kube)
     await settle(adapter, kube)
     # as a namespace enforcing a Pod Security level stricter than the balloons meet answers
-    kube.inject_fault(code=403, method="POST", path_contains="/pods")
+    # (both members: they are created at once)
+    kube.inject_fault(code=403, method="POST", path_contains="/pods", times=2)
     plan = GangPlan({PREFILL: component_plan(PREFILL, current=1, desired=1, balloons=1)})
     report = await adapter.apply(plan, adapter.snapshot(now_s=time.time()), dry_run=False)
 
@@ -678,19 +684,19 @@ async def test_a_lease_lost_between_balloon_members_leaves_no_half_gang(kube, ap
     add_gpu_nodes(kube, 8)
     add_pd(kube)
 
-    def may_write() -> bool:  # the lease is lost once the first member is created
+    def may_write() -> bool:  # the lease is lost once the members are sent
         return not kube.requests("POST", "/pods")
 
     plan = GangPlan({DECODE: component_plan(DECODE, current=1, desired=1, balloons=1)})
     await apply_until_the_lease_is_lost(kube, api, plan, may_write)
-    assert len(kube.requests("POST", "/pods")) == 1  # the second member was never sent
-    assert balloon_pods(kube, "llama-decode") == []  # and the first was taken back
+    assert len(kube.requests("POST", "/pods")) == 2  # both members are made at once
+    assert balloon_pods(kube, "llama-decode") == []  # and taken back
 
 
 async def test_the_take_back_after_a_lost_lease_spares_the_next_leaders_pod(kube, api):
-    """The Lease is lost after the first member; before the take-back, the next leader has
-    already replaced that member (same name, new pod). The take-back deletes only the pod
-    this pass created: by name alone it deleted the new leader's."""
+    """The Lease is lost while the members are made; before the take-back, the next leader
+    has already replaced one (same name, new pod). The take-back deletes only the pods this
+    pass created: by name alone it deleted the new leader's."""
     add_gpu_nodes(kube, 8)
     add_pd(kube)
     replaced: list[str] = []
@@ -698,7 +704,7 @@ async def test_the_take_back_after_a_lost_lease_spares_the_next_leaders_pod(kube
     def may_write() -> bool:
         posted = kube.requests("POST", "/pods")
         if posted and not replaced:  # the next leader deletes and recreates the member
-            (ours,) = balloon_pods(kube, "llama-decode")
+            ours = balloon_pods(kube, "llama-decode")[0]
             kube.remove("pods", NS, ours["metadata"]["name"])
             theirs = copy.deepcopy(ours)
             for field in ("uid", "resourceVersion", "creationTimestamp"):
@@ -919,6 +925,124 @@ async def test_a_manual_scale_is_reported_not_fought(kube, adapter, api):
     )
     assert report.components[DECODE].scale.result is ScaleResult.OTHER_WRITER
     assert spec_replicas(kube, "llama-decode") == 4
+
+
+@pytest.mark.parametrize("tick_between", [True, False], ids=["tick-without-it", "between-ticks"])
+async def test_an_lws_deleted_and_made_again_is_scaled_as_a_new_object(kube, adapter, tick_between):
+    """A redeploy that deletes the LWS and creates it again (Helm, GitOps replace) starts at
+    the manifest's count: not another writer's change of our last write, which held the new
+    object for 10 minutes with a Warning."""
+    add_gpu_nodes(kube, 12)
+    add_pd(kube)
+    await settle(adapter, kube)
+    state = adapter.snapshot(now_s=time.time())
+    report = await adapter.apply(
+        GangPlan({DECODE: component_plan(DECODE, current=1, desired=3)}), state, dry_run=False
+    )
+    assert report.components[DECODE].scale.result is ScaleResult.SCALED
+    manifest = kube.object("leaderworkersets", NS, "llama-decode")
+    kube.remove("leaderworkersets", NS, "llama-decode")
+    if tick_between:
+        await settle(adapter, kube)
+        gone = adapter.snapshot(now_s=time.time())
+        assert DECODE not in gone.components
+        await adapter.apply(GangPlan({}), gone, dry_run=False)
+    again = {k: v for k, v in manifest.items() if k != "status"}
+    again["metadata"] = {
+        k: v for k, v in manifest["metadata"].items() if k in ("name", "namespace", "annotations")
+    }
+    again["spec"] = {**manifest["spec"], "replicas": 1}
+    kube.apply(again)
+    await settle(adapter, kube)
+    assert (
+        kube.object("leaderworkersets", NS, "llama-decode")["metadata"]["uid"]
+        != (manifest["metadata"]["uid"])
+    )
+    state = adapter.snapshot(now_s=time.time())
+    report = await adapter.apply(
+        GangPlan({DECODE: component_plan(DECODE, current=1, desired=2)}), state, dry_run=False
+    )
+    assert report.components[DECODE].scale.result is ScaleResult.SCALED
+    assert spec_replicas(kube, "llama-decode") == 2
+    assert events(kube, "AnotherWriter") == []
+
+
+async def test_a_stalled_events_store_delays_reports_never_the_scale_writes(kube, api):
+    """Three Event repeats due, every Event PATCH stalled: the repeats were flushed first,
+    one request timeout each, and the tick's deadline ran out before any /scale write, tick
+    after tick. Now the writes go first, and one unanswered repeat ends the flush."""
+    adapter = KubeAdapter(api, watch_timeout_s=30, event_instance="test-0", request_timeout_s=1)
+    await adapter.start(sync_timeout_s=5)
+    try:
+        await adapter.ensure_priority_class()
+        add_gpu_nodes(kube, 12)
+        add_pd(kube, extra={"gang-autoscaler.io/min-replicas": "abc"})
+        kube.apply(
+            lws_manifest(
+                "other", replicas=1, annotations={**ON, "gang-autoscaler.io/max-replicas": "x"}
+            )
+        )
+        kube.apply(lws_manifest("solo", replicas=1, annotations=ON))
+        solo = ComponentKey(NS, "solo")
+        await settle(adapter, kube)
+
+        def plan(desired: int) -> GangPlan:
+            return GangPlan({solo: component_plan(solo, current=1, desired=desired)})
+
+        for _ in range(2):  # the InvalidPolicy Events, then a repeat of each
+            await adapter.apply(plan(1), adapter.snapshot(now_s=time.time()), dry_run=False)
+        later = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=301)
+        adapter.events._clock = lambda: later  # five minutes on: the repeats are due
+        kube.inject_fault(
+            code=0, method="PATCH", path_contains="/events/", action="stall", stall_s=60, times=9
+        )
+        started = time.monotonic()
+        async with asyncio.timeout(3):  # the tick's deadline, three request timeouts
+            await adapter.apply(plan(2), adapter.snapshot(now_s=time.time()), dry_run=False)
+        assert spec_replicas(kube, "solo") == 2
+        # one repeat per held LWS, written as it is recorded, and one by the flush, which the
+        # first unanswered request ends
+        assert len(kube.requests("PATCH", "/events/")) == 4
+        assert time.monotonic() - started < 2.5
+    finally:
+        await adapter.close()
+
+
+@pytest.mark.parametrize(
+    ("deadline_s", "members_left"),
+    [
+        pytest.param(1.0, 4, id="members-made-at-once-fit-the-tick"),
+        pytest.param(0.2, 0, id="cut-off-leaves-no-half-gang"),
+    ],
+)
+async def test_a_balloon_gang_is_made_whole_or_not_at_all_within_the_tick(
+    kube, api, deadline_s, members_left
+):
+    """Each pod create answered 0.4 s late, 1 s left in the tick: four members one after
+    another were cut off by the deadline before their clean-up, and every tick deleted the
+    half gang and started another (15 creates, 12 deletes, no whole gang in five ticks)."""
+    adapter = KubeAdapter(api, watch_timeout_s=30, event_instance="test-0", request_timeout_s=1)
+    await adapter.start(sync_timeout_s=5)
+    try:
+        await adapter.ensure_priority_class()
+        add_gpu_nodes(kube, 16, per_rack=4)
+        lws = lws_manifest("llama-decode", replicas=1, annotations=ON)
+        lws["spec"]["leaderWorkerTemplate"]["size"] = 4
+        kube.apply(lws)
+        await settle(adapter, kube)
+        kube.inject_fault(
+            code=0, method="POST", path_contains="/pods", action="slow_answer", stall_s=0.4,
+            times=100,
+        )  # fmt: skip
+        plan = GangPlan({DECODE: component_plan(DECODE, current=1, desired=1, balloons=1)})
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(deadline_s):
+                await adapter.apply(plan, adapter.snapshot(now_s=time.time()), dry_run=False)
+        await asyncio.sleep(0.5)  # the answers still on their way arrive
+        left = [p for p in balloon_pods(kube, "llama-decode") if "deletionTimestamp" not in p]
+        assert len(left) == members_left
+    finally:
+        await adapter.close()
 
 
 async def test_an_hpa_on_the_lws_is_reported_and_nothing_is_written(kube, adapter, api):

@@ -108,14 +108,22 @@ async def test_sigterm_mid_tick_exits_cleanly_and_restart_does_not_duplicate_bal
     signalled: list[float] = []
 
     def slow_api_server(cluster: object) -> None:
-        # Runs inside every write the fake API server serves (a blocking reconcile step).
-        if not balloon_pods(kube, NS):
+        # Runs inside every write the fake API server serves: SIGTERM once the first
+        # balloon pod exists, while the pod creates are answered late (a slow admission
+        # webhook), so the tick is still in flight.
+        if not balloon_pods(kube, NS) or signalled:
             return
-        if not signalled:
-            signalled.append(time.monotonic())
-            first.send_signal(signal.SIGTERM)
-        time.sleep(SLOW_WRITE_S)
+        signalled.append(time.monotonic())
+        first.send_signal(signal.SIGTERM)
 
+    kube.inject_fault(
+        code=0,
+        method="POST",
+        path_contains="/pods",
+        action="slow_answer",
+        stall_s=SLOW_WRITE_S,
+        times=1000,
+    )
     kube.add_controller(slow_api_server)
     try:
         await wait_until(lambda: bool(signalled), timeout_s=40, what="a balloon pod creation")
@@ -131,6 +139,7 @@ async def test_sigterm_mid_tick_exits_cleanly_and_restart_does_not_duplicate_bal
         assert decisions and all(line["reason"] for line in decisions)
     finally:
         kube._controllers.clear()  # the API server answers at full speed again
+        kube.faults.clear()
         if first.poll() is None:
             first.kill()
 
