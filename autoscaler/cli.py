@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import logging
 import os
 import sys
@@ -16,6 +17,13 @@ from collections.abc import Sequence
 COMMANDS: tuple[str, ...] = ("check", "run", "backtest", "simulate")
 # The levels `run`'s settings accept (autoscaler.service.settings.RunSettings.log_level).
 LOG_LEVELS: tuple[str, ...] = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("gang-autoscaler")
+    except importlib.metadata.PackageNotFoundError:  # run from a checkout not installed
+        return "unknown (not installed)"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -32,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"logging level ({', '.join(LOG_LEVELS)}; any case); default INFO, or for `run` "
         "its environment or config file setting",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(f"autoscaler.commands.{name}").add_parser(subparsers)

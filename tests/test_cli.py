@@ -3,6 +3,8 @@ and a reader that goes away early ends it quietly."""
 
 from __future__ import annotations
 
+import importlib.metadata
+import json
 import os
 import subprocess
 import sys
@@ -89,3 +91,40 @@ def test_a_reader_that_went_away_ends_the_command_without_a_traceback(
     assert "BrokenPipeError" not in result.stderr
     assert "Traceback" not in result.stderr
     assert result.returncode == 1  # as Python's own exit on EPIPE, not 120 (failed flush)
+
+
+def test_a_reader_that_went_away_takes_no_output_file_with_it(tmp_path: Path) -> None:
+    """`simulate --json J --report R | head -1` wrote neither: the table was printed first,
+    and the closed pipe ended the command before the files."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    env = {name: value for name, value in os.environ.items() if name != "PYTHONUNBUFFERED"}
+    env["PYTHONUNBUFFERED"] = "1"
+    argv = [*SIMULATE_A_MINUTE, "--policy", "static"]
+    argv += ["--json", str(tmp_path / "out.json"), "--report", str(tmp_path / "report")]
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "autoscaler.cli", *argv],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            cwd=REPO,
+            env=env,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    finally:
+        os.close(write_end)
+    assert result.returncode == 1
+    assert json.loads((tmp_path / "out.json").read_text())["policies"]["static"]
+    assert (tmp_path / "report" / "report.md").is_file()
+
+
+def test_version_is_the_installed_distributions(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        main(["--version"])
+    assert stopped.value.code == 0
+    assert (
+        capsys.readouterr().out
+        == f"gang-autoscaler {importlib.metadata.version('gang-autoscaler')}\n"
+    )

@@ -40,6 +40,7 @@ from autoscaler.adapters.kube_discovery import (
 from autoscaler.adapters.kube_objects import DS_KIND, ScaleTarget
 from autoscaler.core.model import ComponentKey, DeploymentKey
 from autoscaler.core.policy import (
+    ANNOTATIONS,
     PREFIX,
     Policy,
     PolicyError,
@@ -219,6 +220,61 @@ def _other_autoscalers(
     return found
 
 
+def _ours(annotations: object) -> list[str]:
+    """The policy annotations among these (not every key under the prefix: balloon pods
+    carry `gang-autoscaler.io/balloon-shape`)."""
+    return sorted(str(k) for k in _mapping(annotations) if str(k) in ANNOTATIONS)
+
+
+def _misplaced(documents: Iterable[tuple[str, Mapping[str, Any]]]) -> list[Finding]:
+    """gang-autoscaler annotations where the service never reads them: on another kind (a
+    Deployment, an LWS of another API version), on an LWS's pod templates, or on a
+    DisaggregatedSet itself rather than its roles. Each would pass as "no problems" and
+    never scale."""
+    found = []
+    for source, doc in documents:
+        metadata = _mapping(doc.get("metadata"))
+        subject = f"{metadata.get('namespace') or 'default'}/{metadata.get('name', '?')}"
+        own = _ours(metadata.get("annotations"))
+        if _is_lws(doc):
+            template = _mapping(_mapping(doc.get("spec")).get("leaderWorkerTemplate"))
+            for part in ("leaderTemplate", "workerTemplate"):
+                pod_meta = _mapping(_mapping(template.get(part)).get("metadata"))
+                for key in _ours(pod_meta.get("annotations")):
+                    found.append(
+                        Finding(
+                            source,
+                            subject,
+                            f"spec.leaderWorkerTemplate.{part}.metadata.annotations.{key}",
+                            "not read on a pod template: put it in the LWS's own "
+                            "metadata.annotations",
+                        )
+                    )
+        elif _is_disaggregated_set(doc):
+            for key in own:
+                found.append(
+                    Finding(
+                        source,
+                        subject,
+                        f"metadata.annotations.{key}",
+                        "not read on the DisaggregatedSet itself: put it in "
+                        "spec.roles[].metadata.annotations of each role to scale",
+                    )
+                )
+        elif own:
+            found.append(
+                Finding(
+                    source,
+                    subject,
+                    ", ".join(own),
+                    f"a {doc.get('kind')} ({doc.get('apiVersion', 'no apiVersion')}) is never "
+                    "scaled: the service reads these annotations on LeaderWorkerSets "
+                    f"({LWS_API_GROUP}v1) and DisaggregatedSet roles only",
+                )
+            )
+    return found
+
+
 def check_documents(
     documents: Iterable[tuple[str, Mapping[str, Any]]],
     *,
@@ -235,7 +291,7 @@ def check_documents(
     )
     documents = list(documents)
     autoscalers = _other_autoscalers(documents)
-    findings: list[Finding] = []
+    findings: list[Finding] = _misplaced(documents)
     policies: dict[ComponentKey, Policy] = {}
     unparsed: dict[ComponentKey, frozenset[str]] = {}
     where: dict[ComponentKey, tuple[str, str]] = {}  # (source, subject)

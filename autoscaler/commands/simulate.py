@@ -101,7 +101,17 @@ def _simulate(args: argparse.Namespace) -> int:
     except SimulationError as err:
         print(f"gang-autoscaler simulate: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    # A run can take minutes; an output that cannot be written fails now, not after it.
+    try:
+        workload, scale = load_workload(path, settings, scale=args.scale, name=name)
+        if args.duration is not None:
+            workload = workload.slice(0.0, args.duration)
+            if workload.arrival_s.size == 0:
+                raise TraceError(f"no request arrives in the first {args.duration:g} s")
+    except SimulationError as err:
+        print(f"gang-autoscaler simulate: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    # A run can take minutes; an output that cannot be written fails now, not after it (and
+    # after the trace is read: a trace refused leaves no directory made for its outputs).
     for output, ensure_writable in (
         (args.json, ensure_writable_file),
         (args.report, ensure_writable_directory),
@@ -112,11 +122,6 @@ def _simulate(args: argparse.Namespace) -> int:
             except OSError as err:
                 return cannot_write("simulate", output, err)
     try:
-        workload, scale = load_workload(path, settings, scale=args.scale, name=name)
-        if args.duration is not None:
-            workload = workload.slice(0.0, args.duration)
-            if workload.arrival_s.size == 0:
-                raise TraceError(f"no request arrives in the first {args.duration:g} s")
         policies = POLICIES if args.policy == "all" else (args.policy,)
         comparison = compare(
             workload,
@@ -129,14 +134,8 @@ def _simulate(args: argparse.Namespace) -> int:
     except SimulationError as err:
         print(f"gang-autoscaler simulate: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    print(
-        f"trace {name}: {workload.total_requests:,.0f} requests over "
-        f"{workload.duration_s / 3600:.2f} h, traffic x{scale:.3g}, SLO TTFT <= "
-        f"{settings.slo_ttft_s:g} s"
-    )
-    print(table(comparison))
-    print()
-    print(uses_table(comparison))
+    # The files first: a reader of the table that stops early (`| head`) ends the process at
+    # the next print, and must not take the JSON and the report with it.
     if args.json is not None:
         try:
             write_json(comparison, args.json)
@@ -149,4 +148,12 @@ def _simulate(args: argparse.Namespace) -> int:
             return cannot_write("simulate", args.report, err)
         for written_file in written:
             print(f"wrote {written_file}", file=sys.stderr)
+    print(
+        f"trace {name}: {workload.total_requests:,.0f} requests over "
+        f"{workload.duration_s / 3600:.2f} h, traffic x{scale:.3g}, SLO TTFT <= "
+        f"{settings.slo_ttft_s:g} s"
+    )
+    print(table(comparison))
+    print()
+    print(uses_table(comparison))
     return 0

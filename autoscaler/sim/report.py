@@ -156,12 +156,15 @@ def _plots(comparison: Comparison, ttft: pd.DataFrame, directory: Path) -> list[
     for ax, comp in zip(np.atleast_1d(axes), components, strict=True):
         s = focus.series
         ax.plot(hours, s[f"{comp}_demand"], label="demand (1 min rate)", lw=0.8)
-        ax.plot(hours, s[f"{comp}_forecast_point"], label="forecast, lead time ahead", lw=0.8)
-        ax.plot(hours, s[f"{comp}_forecast_upper"], label="forecast upper bound", lw=0.6, ls=":")
+        if np.isfinite(s[f"{comp}_forecast_point"]).any():  # a policy that forecasts
+            ax.plot(hours, s[f"{comp}_forecast_point"], label="forecast, lead time ahead", lw=0.8)
+            ax.plot(
+                hours, s[f"{comp}_forecast_upper"], label="forecast upper bound", lw=0.6, ls=":"
+            )
         ax.plot(hours, s[f"{comp}_capacity"], label="ready capacity", lw=1.0)
         unit = "generated tokens/s" if comp == "decode" else "prompt tokens/s"
         ax.set_ylabel(f"{comp}\n{unit}")
-        ax.legend(loc="upper right", fontsize=7)
+        _legend_outside(ax)
     np.atleast_1d(axes)[-1].set_xlabel("hours")
     fig.suptitle(f"{comparison.trace}: demand, forecast and capacity ({focus.policy})")
     written.append(_save(fig, directory / "demand_forecast_capacity.png"))
@@ -195,7 +198,7 @@ def _plots(comparison: Comparison, ttft: pd.DataFrame, directory: Path) -> list[
             )
             ax.set_title(f"{comp}: {why}", fontsize=8, loc="left")
         ax.set_ylabel(f"{comp} gangs")
-        ax.legend(loc="upper right", fontsize=7)
+        _legend_outside(ax)
     np.atleast_1d(axes)[-1].set_xlabel("hours")
     fig.suptitle(f"{comparison.trace}: ready gangs and balloon gangs")
     written.append(_save(fig, directory / "gangs_and_balloons.png"))
@@ -215,17 +218,25 @@ def _plots(comparison: Comparison, ttft: pd.DataFrame, directory: Path) -> list[
     ax.set_yscale("log")
     ax.set_ylabel("TTFT s (per minute)")
     ax.set_xlabel("hours")
-    ax.legend(loc="upper right", fontsize=7, ncol=2)
+    _legend_outside(ax)
     fig.suptitle(f"{comparison.trace}: TTFT percentiles")
     written.append(_save(fig, directory / "ttft_percentiles.png"))
     return written
+
+
+def _legend_outside(ax: object) -> None:
+    """The legend right of the plot: inside, any corner hid some policy's curve."""
+    ax.legend(  # type: ignore[attr-defined]
+        loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, fontsize=7
+    )
 
 
 def _save(fig: object, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     fig.tight_layout()  # type: ignore[attr-defined]
-    fig.savefig(path, dpi=110)  # type: ignore[attr-defined]
+    # "tight" takes in the legends outside the axes
+    fig.savefig(path, dpi=110, bbox_inches="tight")  # type: ignore[attr-defined]
     plt.close(fig)  # type: ignore[arg-type]
     return path
 

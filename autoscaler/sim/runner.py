@@ -31,6 +31,11 @@ if TYPE_CHECKING:
 
 POLICIES = ("gang", "reactive", "static", "oracle")
 PEAK_WINDOW_S = 60.0
+# What one run is sized for: a longer trace or a larger fleet is refused with a message, not
+# met with an allocation of hundreds of GiB (a per-second trace with a gap of 1e12 s) or a
+# run of hours (traffic x1e6 of the built-in trace).
+MAX_SPAN_S = 92 * 86_400.0
+MAX_PEAK_GANGS = 2_000
 DEFAULT_TARGET_WAITING = 4.0
 
 
@@ -58,26 +63,48 @@ def auto_scale(workload: Workload, settings: SimSettings) -> float:
     return settings.target_peak_gangs * gang_tokens_per_s / peak_tokens_per_s
 
 
+def _checked_scale(scale: float | None, sized: float, settings: SimSettings) -> float:
+    """`scale`, or `sized` (the factor that makes the busiest minute need
+    `target_peak_gangs` prefill gangs) when None; refused when the peak needs too many."""
+    if scale is None:
+        return sized
+    peak_gangs = settings.target_peak_gangs * scale / sized
+    if peak_gangs > MAX_PEAK_GANGS:
+        about = f"{peak_gangs:,.0f}" if peak_gangs < 1e6 else f"{peak_gangs:.3g}"
+        raise TraceError(
+            f"--scale {scale:g} makes the busiest minute need about {about} prefill "
+            f"gangs; the simulator runs at most {MAX_PEAK_GANGS:,} (--scale {sized:.3g}, the "
+            f"default, sizes it to {settings.target_peak_gangs})"
+        )
+    return scale
+
+
 def load_workload(
     path: Path, settings: SimSettings, *, scale: float | None, name: str
 ) -> tuple[Workload, float]:
     """Load a trace and scale it (`scale` None: automatic)."""
     if _is_servegen(path):
-        if scale is None:
-            frame = read_servegen_windows(path)
-            peak = float((frame["requests_per_s"] * frame["mean_input_tokens"].ffill()).max())
-            if not peak > 0:  # NaN too: no window with both a rate and a prompt length
+        frame = read_servegen_windows(path)
+        peak = float((frame["requests_per_s"] * frame["mean_input_tokens"].ffill()).max())
+        if not peak > 0:  # NaN too: no window with both a rate and a prompt length
+            if scale is None:
                 raise TraceError(
                     f"{path}: no window has requests and a prompt length to size the traffic "
                     "by; give --scale"
                 )
+        else:
             gang = settings.serving.prefill_tokens_per_s(settings.cluster.pods_per_gang)
-            scale = settings.target_peak_gangs * gang / peak
+            scale = _checked_scale(scale, settings.target_peak_gangs * gang / peak, settings)
+        assert scale is not None
         workload = load_servegen(path, seed=settings.seed, rate_scale=scale, name=name)
         return workload, scale
     workload = load_trace(path, seed=settings.seed, name=name)
-    if scale is None:
-        scale = auto_scale(workload, settings)
+    if workload.duration_s > MAX_SPAN_S:
+        raise TraceError(
+            f"{path}: the arrivals span {workload.duration_s / 86_400:,.3g} days; the "
+            f"simulator replays at most {MAX_SPAN_S / 86_400:.0f} (a gap in the times?)"
+        )
+    scale = _checked_scale(scale, auto_scale(workload, settings), settings)
     return scale_requests(workload, scale, seed=settings.seed), scale
 
 

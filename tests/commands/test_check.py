@@ -489,6 +489,49 @@ def test_policy_annotations_on_an_lws_not_opted_in(tmp_path, capsys, enabled, ex
     assert main(["check", str(path)]) == expected_exit, capsys.readouterr().out
 
 
+ON = json.dumps({PREFIX + "enabled": "true", PREFIX + "max-replicas": "4"})
+
+
+@pytest.mark.parametrize(
+    ("text", "where", "expected"),
+    [
+        pytest.param(
+            f"apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: web, annotations: {ON}}}",
+            f"serving/web: {PREFIX}enabled, {PREFIX}max-replicas",
+            "a Deployment (apps/v1) is never scaled",
+            id="another-kind",
+        ),
+        pytest.param(
+            LWS.format(name="a", annotations=ON).replace("kind: LeaderWorkerSet", "kind: lws"),
+            f"serving/a: {PREFIX}enabled, {PREFIX}max-replicas",
+            "a lws (leaderworkerset.x-k8s.io/v1) is never scaled",
+            id="misspelled-kind",
+        ),
+        pytest.param(
+            LWS.format(name="a", annotations="{}").replace(
+                "    workerTemplate:\n",
+                f"    workerTemplate:\n      metadata: {{annotations: {ON}}}\n",
+            ),
+            f"serving/a: spec.leaderWorkerTemplate.workerTemplate.metadata.annotations.{PREFIX}"
+            "enabled",
+            "not read on a pod template: put it in the LWS's own metadata.annotations",
+            id="on-the-pod-template",
+        ),
+    ],
+)
+def test_policy_annotations_where_the_service_never_reads_them(tmp_path, capsys, text, where,
+                                                               expected):  # fmt: skip
+    """Each passed as "ok: 0 opted-in LeaderWorkerSet(s), no problems": an operator who
+    annotated the wrong object learned nothing until the gangs never moved."""
+    path = tmp_path / "objects.yaml"
+    path.write_text(
+        text.replace("metadata: {name: web,", "metadata: {namespace: serving, name: web,")
+    )
+    assert main(["check", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert f"{path}: {where}: {expected}" in out, out
+
+
 @pytest.mark.parametrize(
     ("annotations", "where", "expected"),
     [

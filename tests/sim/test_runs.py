@@ -178,6 +178,33 @@ def test_a_scale_that_leaves_less_than_one_request_is_refused(
     assert workload.total_requests >= 1
 
 
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        pytest.param("per_second.csv", PER_SECOND + "1,2,20,10\n", id="cohorts"),
+        pytest.param("servegen.csv", SERVEGEN + "0,1,10,5\n600,1,10,5\n", id="windows"),
+    ],
+)
+def test_a_scale_past_the_largest_fleet_a_run_is_sized_for_is_refused(
+    tmp_path: Path, name: str, text: str
+) -> None:
+    """`--scale 1e300` ended in an IndexError traceback, 1e6 ran for hours."""
+    path = tmp_path / name
+    path.write_text(text)
+    _, sized = load_workload(path, load_settings(), scale=None, name="t")
+    assert load_workload(path, load_settings(), scale=sized * 250, name="t")[1] == sized * 250
+    with pytest.raises(TraceError, match=r"need about 2,008 prefill gangs; .* at most 2,000"):
+        load_workload(path, load_settings(), scale=sized * 251, name="t")
+
+
+def test_a_request_trace_spanning_more_than_92_days_is_refused(tmp_path: Path) -> None:
+    """A gap of 1e12 s between two rows asked numpy for 124 GiB."""
+    path = tmp_path / "gap.csv"
+    path.write_text(PER_SECOND + "1e12,1,100,10\n")
+    with pytest.raises(TraceError, match=r"the arrivals span 1\.16e\+07 days; .* at most 92"):
+        load_workload(path, load_settings(), scale=None, name="t")
+
+
 def test_a_trace_saved_with_a_bom_or_in_another_encoding(tmp_path: Path) -> None:
     """A spreadsheet's "CSV UTF-8" starts with a BOM, which became part of the first
     column's name (`unknown trace format`); UTF-16 was a UnicodeDecodeError traceback."""
@@ -510,6 +537,18 @@ def test_cli_refuses_a_run_with_nothing_to_replay(capsys: pytest.CaptureFixture[
     captured = capsys.readouterr()
     assert "no request arrives in the first 0.1 s" in captured.err
     assert captured.out == ""
+
+
+def test_a_trace_refused_leaves_no_output_directory_behind(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = tmp_path / "wrong.csv"
+    trace.write_text("a,b,c\n1,2,3\n")
+    json_path, report = tmp_path / "j" / "out.json", tmp_path / "report"
+    argv = ["simulate", "--trace", str(trace), "--json", str(json_path), "--report", str(report)]
+    assert main([*argv, "--no-progress"]) == 2
+    assert "unknown trace format (columns a,b,c)" in capsys.readouterr().err
+    assert not json_path.parent.exists() and not report.exists()
 
 
 def test_cli_refuses_an_infinite_scale(capsys: pytest.CaptureFixture[str]) -> None:
