@@ -12,6 +12,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 # Each entry is a module under autoscaler.commands exposing add_parser(subparsers).
 COMMANDS: tuple[str, ...] = ("check", "run", "backtest", "simulate")
@@ -31,19 +32,22 @@ def build_parser() -> argparse.ArgumentParser:
         prog="gang-autoscaler",
         description="Whole-gang autoscaling for LeaderWorkerSet LLM inference deployments.",
     )
-    parser.add_argument(
-        "--log-level",
-        default=None,
-        type=str.upper,
-        choices=LOG_LEVELS,
-        metavar="LEVEL",
-        help=f"logging level ({', '.join(LOG_LEVELS)}; any case); default INFO, or for `run` "
-        "its environment or config file setting",
-    )
+    log_level: dict[str, Any] = {
+        "type": str.upper,
+        "choices": LOG_LEVELS,
+        "metavar": "LEVEL",
+        "help": f"logging level ({', '.join(LOG_LEVELS)}; any case); default INFO, or for "
+        "`run` its environment or config file setting",
+    }
+    parser.add_argument("--log-level", default=None, **log_level)
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(f"autoscaler.commands.{name}").add_parser(subparsers)
+    # Also after the command (`gang-autoscaler run --log-level debug`); not given there, it
+    # leaves the one given before the command alone.
+    for command in subparsers.choices.values():
+        command.add_argument("--log-level", default=argparse.SUPPRESS, **log_level)
     return parser
 
 

@@ -128,3 +128,16 @@ def test_version_is_the_installed_distributions(capsys: pytest.CaptureFixture[st
         capsys.readouterr().out
         == f"gang-autoscaler {importlib.metadata.version('gang-autoscaler')}\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("argv", "level"),
+    [
+        pytest.param(["--log-level", "error", "check", "x.yaml"], "ERROR", id="before"),
+        pytest.param(["check", "x.yaml", "--log-level", "debug"], "DEBUG", id="after"),
+        pytest.param(["check", "x.yaml"], None, id="neither"),
+    ],
+)
+def test_the_log_level_is_taken_before_or_after_the_command(argv: list[str], level: str | None):
+    """`gang-autoscaler run --log-level debug` was refused as an unrecognized argument."""
+    assert build_parser().parse_args(argv).log_level == level

@@ -72,6 +72,8 @@ class Finding:
 
     def __str__(self) -> str:
         said = f"warning: {self.message}" if self.warning else self.message
+        if (self.subject, self.annotation) == ("-", "file"):  # about the file as a whole
+            return f"{self.source}: {said}"
         return f"{self.source}: {self.subject}: {self.annotation}: {said}"
 
 
@@ -403,8 +405,19 @@ def _read(paths: Iterable[str]) -> tuple[list[tuple[str, Mapping[str, Any]]], li
                 )
             )
         except yaml.YAMLError as err:
-            errors.append(Finding(path, "-", "file", f"not valid YAML: {err}".replace("\n", " ")))
+            errors.append(Finding(path, "-", "file", f"not valid YAML: {_yaml_problem(err)}"))
     return documents, errors
+
+
+def _yaml_problem(err: yaml.YAMLError) -> str:
+    """One line: what is wrong and where (line and column from 1), without the parser's
+    snippet of the text and the `"<unicode string>"` it read from."""
+    if not isinstance(err, yaml.MarkedYAMLError) or err.problem is None:
+        return " ".join(str(err).split())
+    where = err.problem_mark
+    at = "" if where is None else f" at line {where.line + 1}, column {where.column + 1}"
+    context = f" ({err.context})" if err.context else ""
+    return f"{err.problem}{at}{context}"
 
 
 def _objects(

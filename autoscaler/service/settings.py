@@ -155,9 +155,12 @@ class BufferDefaults(BaseModel):
 
 
 def _split_namespaces(value: Any) -> Any:
-    # Environment gives one string: accept "a,b" as well as a YAML/flag list.
+    # Environment gives one string: accept "a,b" as well as a YAML/flag list, and in a list
+    # "a,b" too (`--namespace a,b`, as the environment variable takes it).
     if isinstance(value, str):
         return tuple(part.strip() for part in value.split(",") if part.strip())
+    if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        return tuple(name for part in value for name in _split_namespaces(part))
     return value
 
 
@@ -322,7 +325,8 @@ class RunSettings(BaseSettings):
         AfterValidator(_valid_namespaces),
     ] = Field(
         default=(),
-        description="Namespaces to watch for opted-in LeaderWorkerSets. Empty: all namespaces.",
+        description="Namespaces to watch for opted-in LeaderWorkerSets (repeat the flag, or "
+        "separate them by commas). Empty: all namespaces.",
     )
     tick: Duration = Field(
         default=timedelta(seconds=15), description="Interval between control-loop ticks."

@@ -295,16 +295,20 @@ def test_check_reports_a_file_that_is_not_utf8(tmp_path, capsys):
     path = tmp_path / "latin1.yaml"
     path.write_bytes("kind: LeaderWorkerSet\nmetadata: {name: caf\u00e9}\n".encode("latin-1"))
     assert main(["check", str(path)]) == 1
-    assert capsys.readouterr().out == f"{path}: -: file: not UTF-8 text: byte 0xe9 at offset 42\n"
+    assert capsys.readouterr().out == f"{path}: not UTF-8 text: byte 0xe9 at offset 42\n"
 
 
 def test_check_reports_unreadable_files_and_bad_yaml(tmp_path, capsys):
     bad = tmp_path / "bad.yaml"
     bad.write_text("kind: [unclosed")
-    assert main(["check", str(bad), str(tmp_path / "missing.yaml")]) == 1
-    out = capsys.readouterr().out
-    assert "not valid YAML" in out
-    assert "cannot read" in out
+    missing = tmp_path / "missing.yaml"
+    assert main(["check", str(bad), str(missing)]) == 1
+    # one line each, saying where: not the parser's snippet and its "<unicode string>"
+    assert capsys.readouterr().out.splitlines() == [
+        f"{bad}: not valid YAML: expected ',' or ']', but got '<stream end>' at line 1, "
+        "column 16 (while parsing a flow sequence)",
+        f"{missing}: cannot read: No such file or directory",
+    ]
 
 
 def test_check_reports_an_annotation_given_twice(tmp_path, capsys):

@@ -100,6 +100,9 @@ def test_namespaces_repeat_on_the_command_line_and_split_from_environment(
     assert flags.namespaces == ("a", "b")
     repeated = _load("--prometheus-url", "http://p:1", "--namespace", "a", "--namespace", "a")
     assert repeated.namespaces == ("a",)
+    # a comma list, as the environment variable takes it, was refused as one bad name
+    listed = _load("--prometheus-url", "http://p:1", "--namespace", "a,b", "--namespace", "c")
+    assert listed.namespaces == ("a", "b", "c")
     monkeypatch.setenv("GANG_AUTOSCALER_NAMESPACES", "serving, batch")
     assert _load("--prometheus-url", "http://p:1").namespaces == ("serving", "batch")
 
