@@ -37,13 +37,16 @@ def gang_statuses(
     since the earliest `not_ready_since_s` of its not-ready pods.
     """
     by_group: dict[int, list[Obj]] = {}
+    leaving: dict[int, int] = {}  # terminating pods still on a node, by group
     for pod in pods:
-        if labels(pod).get(LWS_NAME_LABEL) != lws_name:
-            continue
-        if is_terminating(pod) or pod_is_finished(pod):
+        if labels(pod).get(LWS_NAME_LABEL) != lws_name or pod_is_finished(pod):
             continue
         group = int_label(pod, GROUP_INDEX_LABEL)
         if group is None or group >= spec_gangs:
+            continue
+        if is_terminating(pod):
+            if pod_is_bound(pod):
+                leaving[group] = leaving.get(group, 0) + 1
             continue
         by_group.setdefault(group, []).append(pod)
 
@@ -62,6 +65,7 @@ def gang_statuses(
                 pods_scheduled=min(len(scheduled), pods_per_gang),
                 pods_ready=min(len(ready), pods_per_gang),
                 not_ready_since_s=None if is_ready or not known else min(known),
+                pods_leaving=leaving.get(group, 0),
             )
         )
     return tuple(statuses)

@@ -78,6 +78,9 @@ class _Draft:
     memory: ComponentMemory
     capacity: float | None
     need: int  # the proposal before limits, remembered at a scale-up
+    # what a scale-up capped for gangs still starting remembers instead: the need it was
+    # held to (remembering the need itself let it creep up by the tolerance every tick)
+    scale_up_need: int | None = None
     forecast: Forecast | None = None  # a usable one (finite point and bound), else None
     forgotten_capacity: float | None = None  # learned for another gang template
     # the spread of the recent demand readings, read only when the forecast floor is computed
@@ -296,6 +299,7 @@ def _draft(
                 f"{len(ages.starting)} gangs still starting; need {draft.gangs} has not grown "
                 f"past {last_need}",
             )
+            draft.scale_up_need = allowed
 
     # Step 3: stabilization and rate limit.
     history = prune_proposals(memory.proposals, window_s=policy.scale_down_window_s, now=now)
@@ -425,7 +429,9 @@ def _fit(drafts: Mapping[ComponentKey, _Draft], observations: Observations) -> N
 def _unplaced(observations: Observations) -> list[Unplaced]:
     """Every component's gangs below its replicas with pods no node holds yet (Pending or
     partial, or not created at all), in a fixed order: the room they need is not free for
-    new gangs, or a fixed cluster is asked for gangs that compete with them for it."""
+    new gangs, or a fixed cluster is asked for gangs that compete with them for it. A member
+    replacing one still terminating on a node takes the room that one leaves, which the
+    node's capacity still counts as used: it is not reserved again."""
     out = []
     for key in sorted(observations.components):
         obs = observations.components[key]
@@ -433,7 +439,11 @@ def _unplaced(observations: Observations) -> list[Unplaced]:
         pods_per_gang = obs.shape.pods_per_gang
         for index in range(obs.spec_gangs):
             gang = by_index.get(index)
-            missing = pods_per_gang if gang is None else gang.pods_expected - gang.pods_scheduled
+            missing = (
+                pods_per_gang
+                if gang is None
+                else gang.pods_expected - gang.pods_scheduled - gang.pods_leaving
+            )
             if missing > 0:
                 out.append(Unplaced(key.namespace, obs.shape, min(missing, pods_per_gang)))
     return out
@@ -477,15 +487,17 @@ def _keep_ready(d: _Draft) -> None:
     if wanted == 0:
         return
     keep = min(ready[wanted - 1] + 1, max(d.gangs, d.policy.max_replicas))
-    if keep > d.gangs:
-        not_ready = sorted(set(range(keep)) - set(ready))
-        d.step(
-            "keep_ready",
-            keep,
-            Reason.KEEP_READY_GANGS,
-            f"groups {not_ready} not ready: keeping {keep} gangs so that {wanted} ready "
-            f"{'gang stays' if wanted == 1 else 'gangs stay'} (LWS removes the highest groups)",
-        )
+    kept = sum(1 for index in ready if index < keep)
+    if kept <= sum(1 for index in ready if index < d.gangs):
+        return  # `max-replicas` cuts it short of any ready gang more: nothing to gain
+    not_ready = sorted(set(range(keep)) - set(ready))
+    d.step(
+        "keep_ready",
+        keep,
+        Reason.KEEP_READY_GANGS,
+        f"groups {not_ready} not ready: keeping {keep} gangs so that {kept} ready "
+        f"{'gang stays' if kept == 1 else 'gangs stay'} (LWS removes the highest groups)",
+    )
 
 
 def _roll_back(
@@ -574,6 +586,8 @@ def plan(
     for key, d in drafts.items():
         deployments.setdefault(d.deployment, {})[key] = d
     for members_drafts in deployments.values():
+        for d in members_drafts.values():
+            _keep_ready(d)  # before coupling, which keeps a ratio band around what it keeps
         _couple(members_drafts)
     _fit(drafts, observations)
 
@@ -581,7 +595,6 @@ def plan(
         pd = len(members_drafts) > 1
         deployment_up = any(d.gangs > 0 for d in members_drafts.values())
         for key, d in members_drafts.items():
-            _keep_ready(d)
             rolled, stuck = _roll_back(d, deployment_up=deployment_up, pd=pd)
             balloons, balloon_reason, balloon_detail = balloon_gangs(
                 policy=d.policy,
@@ -592,7 +605,8 @@ def plan(
             )
             d.steps.append(Step("buffer", balloons, balloon_reason, balloon_detail))
             if d.gangs > d.obs.spec_gangs:
-                d.memory = replace(d.memory, last_scale_up_need=d.need)
+                need = d.need if d.scale_up_need is None else d.scale_up_need
+                d.memory = replace(d.memory, last_scale_up_need=need)
             plans[key] = ComponentPlan(
                 key=key,
                 current_gangs=d.obs.spec_gangs,

@@ -91,6 +91,19 @@ def test_one_gang_state(pods, expected_states, since):
     assert [g.not_ready_since_s for g in gangs] == since
 
 
+def test_members_terminating_on_a_node_are_counted_as_leaving():
+    """Their room is still used on the node, and goes to the pods that replace them: fit
+    must not look for it a second time."""
+    pods = [
+        lws_pod("vllm", 0, 0, terminating=True),
+        lws_pod("vllm", 0, 1, terminating=True),
+        lws_pod("vllm", 1, 0),
+        lws_pod("vllm", 1, 1, node=None, terminating=True),  # never placed: holds nothing
+    ]
+    gangs = gang_statuses(pods, lws_name="vllm", pods_per_gang=2, spec_gangs=2)
+    assert [(g.pods_scheduled, g.pods_leaving) for g in gangs] == [(0, 2), (1, 0)]
+
+
 def test_groups_above_spec_are_left_out_and_missing_groups_are_pending():
     pods = [lws_pod("vllm", g, w) for g in (0, 2, 3) for w in (0, 1)]
     gangs = gang_statuses(pods, lws_name="vllm", pods_per_gang=2, spec_gangs=3)

@@ -724,6 +724,48 @@ def test_a_scale_down_keeps_the_ready_gangs_the_count_asks_for(
         )
 
 
+def test_keeping_ready_gangs_stops_at_max_replicas_when_that_keeps_none_more():
+    """max-replicas lowered to 3 under 4 gangs, only group 3 ready: keeping 3 keeps no ready
+    gang more than keeping 1 does, and was said as "so that 1 ready gang stays"."""
+    gangs = (
+        GangStatus(0, 2, 2, 0, NOW - 60),
+        GangStatus(1, 2, 2, 0, NOW - 60),
+        GangStatus(2, 2, 2, 0, NOW - 60),
+        GangStatus(3, 2, 2, 2),
+    )
+    component = obs(ready=1, spec=4, waiting=0, kv=0.3, gangs=gangs)
+    memory = ComponentMemory(proposals=((NOW - 301, 4),))
+    result, _ = decide(component, policy(max_replicas=3), memory=memory)
+    assert result.reason is not Reason.KEEP_READY_GANGS
+    assert result.desired_gangs == 1  # what the load asks, as without the rule
+
+
+def test_ready_gangs_kept_on_one_side_keep_the_ratio_band():
+    """Prefill keeps 3 gangs for its one ready gang (group 2): coupling, after it, keeps
+    decode at 3 for the exact 1:1 band (it came out 3:1)."""
+    band = {"deployment": "chat", "prefill_decode_ratio": "1:1"}
+    p_gangs = (
+        GangStatus(0, 2, 2, 0, NOW - 60),
+        GangStatus(1, 2, 2, 0, NOW - 60),
+        GangStatus(2, 2, 2, 2),
+    )
+    memory = Memory(
+        {
+            ComponentKey("serving", name): ComponentMemory(proposals=((NOW - 301, 3),))
+            for name in ("chat-p", "chat-d")
+        }
+    )
+    p, d = pd(
+        obs("chat-p", ready=1, spec=3, waiting=0, kv=0.2, gangs=p_gangs),
+        obs("chat-d", ready=3, spec=3, waiting=0, kv=0.2),
+        prefill_policy=policy(component="prefill", **band),
+        decode_policy=policy(component="decode", **band),
+        memory=memory,
+    )
+    assert (p.desired_gangs, p.reason) == (3, Reason.KEEP_READY_GANGS)
+    assert (d.desired_gangs, d.reason) == (3, Reason.RATIO_BAND)
+
+
 def test_timed_out_gang_below_the_desired_count_is_reported_stuck_not_removed():
     component = obs(
         ready=2,
@@ -840,6 +882,25 @@ def test_a_scale_up_to_the_need_already_ordered_is_not_called_a_hold():
     result, _ = decide(component, policy(max_scale_up=2), memory=memory)
     assert (result.desired_gangs, result.reason) == (6, Reason.SCALE_UP_WAITING)
     assert result.detail.startswith("2 gangs still starting; need 7 has not grown past 6")
+
+
+def test_a_need_held_for_starting_gangs_does_not_creep_up_tick_after_tick():
+    """Need 7 was held to 6 for the gangs still starting, yet 7 was remembered as the need
+    ordered: the next tick, same load, added a 7th gang."""
+    pol = policy(max_scale_up=2, max_replicas=20)
+
+    def starting(spec: int, ready: int) -> tuple[GangStatus, ...]:
+        return tuple(
+            GangStatus(i, 2, 2, 2 if i < ready else 0, None if i < ready else NOW - 30)
+            for i in range(spec)
+        )
+
+    first = obs(ready=2, spec=4, waiting=28, kv=0.5, gangs=starting(4, 2))
+    result, memory = decide(first, pol, memory=ComponentMemory(last_scale_up_need=6))
+    assert result.desired_gangs == 6 and memory.last_scale_up_need == 6
+    then = obs(ready=2, spec=6, waiting=28, kv=0.5, gangs=starting(6, 2))
+    result, _ = decide(then, pol, memory=memory, now=NOW + 15)
+    assert (result.desired_gangs, result.reason) == (6, Reason.HOLD_GANGS_STARTING)
 
 
 # --- fit ---------------------------------------------------------------------------------

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from autoscaler.core.decision import plan
 from autoscaler.core.fit import GrowthRequest, Room, Unplaced, allocate_growth, place_gang
-from autoscaler.core.model import ComponentKey, DeploymentKey
-from tests.core.builders import exclusive_node, node, shape
+from autoscaler.core.gang_plan import ComponentMemory, Memory
+from autoscaler.core.model import ComponentKey, DeploymentKey, GangStatus
+from tests.core.builders import exclusive_node, node, obs, observations, policy, shape
 
 # two zones of two 16-GPU nodes; a gang is two 8-GPU pods, and best fit puts both on one node
 NODES = tuple(
@@ -110,3 +112,20 @@ def test_pods_of_gangs_already_asked_for_take_their_room_first(unplaced, expecte
     already Pending: on a cluster that cannot grow, partial gangs that hold GPUs and serve
     nothing."""
     assert _grow(unplaced) == expected_gangs
+
+
+def test_a_gang_being_recreated_finds_its_room_where_its_old_pods_leave():
+    """Group 1's pods terminate on b (LWS recreates a group whose pod failed): b's room is
+    still counted as used, and goes back to group 1. Reserving group 1 again on c left no
+    room for the new gang."""
+    gangs = (GangStatus(0, 2, 2, 2), GangStatus(1, 2, 0, 0, 9_000.0, pods_leaving=2))
+    component = obs(ready=1, spec=2, waiting=40, kv=0.5, gangs=gangs, gang_shape=SHARED)
+    nodes = (node("a", gpus=0), node("b", gpus=0), node("c", gpus=16))
+    the_plan, _ = plan(
+        observations(component, nodes=nodes, can_grow=False),
+        {component.key: policy(max_scale_up=1)},
+        {},
+        Memory({component.key: ComponentMemory(last_scale_up_need=2)}),
+        now=10_000.0,
+    )
+    assert the_plan.components[component.key].desired_gangs == 3
