@@ -519,8 +519,13 @@ class BalloonWriter:
 
     async def _take_back(self, namespace: str, pods: Iterable[tuple[str, str | None]]) -> None:
         """Delete the members of a gang this pass made, all at once; a uid of None deletes
-        by name (a member whose creation got no answer may exist)."""
-        await asyncio.gather(*(self._delete(namespace, name, uid=uid) for name, uid in pods))
+        by name (a member whose creation got no answer may exist). A delete that fails is
+        logged: the start-up repair, or the next pass, finds the half gang."""
+        problems = await asyncio.gather(
+            *(self._delete(namespace, name, uid=uid) for name, uid in pods)
+        )
+        for problem in filter(None, problems):
+            log.warning("taking back a balloon gang member failed: %s", problem)
 
     async def _create_gang(self, namespace: str, manifests: Iterable[dict[str, Any]]) -> str | None:
         """Create every member of one balloon gang at once, or none: a member that fails
@@ -538,39 +543,54 @@ class BalloonWriter:
                 return None, err
             return getattr(getattr(pod, "metadata", None), "uid", None), None
 
+        def made(outcomes: Iterable[tuple[str, object]]) -> list[tuple[str, str | None]]:
+            """The members that exist or may: created (by uid), or with no answer, cut off,
+            or failed in a way that says nothing (by name)."""
+            out = []
+            for name, outcome in outcomes:
+                if isinstance(outcome, tuple):
+                    uid, err = outcome
+                    if err is None:
+                        out.append((name, uid))
+                    elif status_of(err) is None:
+                        out.append((name, None))
+                else:  # an exception, or cut off before its outcome
+                    out.append((name, None))
+            return out
+
         names = [str(m["metadata"]["name"]) for m in manifests]
         tasks = [asyncio.ensure_future(create(m)) for m in manifests]
         try:
-            results = await asyncio.gather(*tasks)
+            results = await asyncio.gather(*tasks, return_exceptions=True)
         except asyncio.CancelledError:
-            # Cut off (the tick's deadline): no half gang left behind. A member whose answer
-            # came is deleted by its uid, any other by name (it may have been created).
-            made = [
-                (name, task.result()[0] if task.done() and not task.cancelled() else None)
+            # Cut off (the tick's deadline): no half gang left behind.
+            cut: list[tuple[str, object]] = [
+                (
+                    name,
+                    "cut off"
+                    if not task.done() or task.cancelled()
+                    else (task.exception() or task.result()),
+                )
                 for name, task in zip(names, tasks, strict=True)
-                if not (task.done() and not task.cancelled() and task.result()[1] is not None)
             ]
-            await asyncio.shield(self._take_back(namespace, made))
+            await asyncio.shield(self._take_back(namespace, made(cut)))
             raise
-        failed = [(name, err) for name, (_, err) in zip(names, results, strict=True) if err]
+        outcomes: list[tuple[str, object]] = list(zip(names, results, strict=True))
+        unexpected = [r for r in results if isinstance(r, BaseException)]
+        if unexpected:  # not an API error: every member may exist, and the error is a bug
+            await self._take_back(namespace, made(outcomes))
+            raise unexpected[0]
+        failed = [(name, r[1]) for name, r in outcomes if isinstance(r, tuple) and r[1] is not None]
+        if not failed and not self._may_write():
+            # Lost while the members were being made: an instance that no longer leads
+            # leaves nothing behind (deleting gives capacity back, always safe).
+            await self._take_back(namespace, made(outcomes))
+            raise NotLeader("the leader Lease was lost while creating balloon pods")
         if not failed:
-            if not self._may_write():
-                # Lost while the members were being made: an instance that no longer leads
-                # leaves nothing behind (deleting gives capacity back, always safe).
-                made = [(name, uid) for name, (uid, _) in zip(names, results, strict=True)]
-                await self._take_back(namespace, made)
-                raise NotLeader("the leader Lease was lost while creating balloon pods")
             return None
-        # Undo what this pass created, and the failed members too when no answer came.
-        await self._take_back(
-            namespace,
-            [
-                (name, uid)
-                for name, (uid, err) in zip(names, results, strict=True)
-                if err is None or status_of(err) is None
-            ],
-        )
+        await self._take_back(namespace, made(outcomes))
         name, err = failed[0]
+        assert err is not None
         return f"create {namespace}/{name}: {describe(err)}"
 
     async def carry_out(

@@ -236,9 +236,10 @@ class Actuator:
         if balloon_pods is not None:
             orphans = await self._delete_orphans(state, balloon_pods, dry_run=dry_run)
         # Repeats whose 5 minutes are over, even with none since: after every write, so a
-        # slow Events store delays reports, never the scaling.
-        self._check_leader()
-        await self._events.flush()
+        # slow Events store delays reports, never the scaling. Not by an instance that lost
+        # the Lease meanwhile, which still returns the report of the writes it made.
+        if self._may_write():
+            await self._events.flush()
         return ApplyReport(components=dict(sorted(out.items())), orphan_balloons_deleted=orphans)
 
     async def report_holds(

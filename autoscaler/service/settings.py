@@ -160,7 +160,9 @@ def _split_namespaces(value: Any) -> Any:
     if isinstance(value, str):
         return tuple(part.strip() for part in value.split(",") if part.strip())
     if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
-        return tuple(name for part in value for name in _split_namespaces(part))
+        # An entry with no name in it (`--namespace "$NS"` with NS unset) stays, to be
+        # refused: dropped, it would widen the watch to every namespace.
+        return tuple(name for part in value for name in (_split_namespaces(part) or (part,)))
     return value
 
 

@@ -1045,6 +1045,32 @@ async def test_a_balloon_gang_is_made_whole_or_not_at_all_within_the_tick(
         await adapter.close()
 
 
+async def test_a_balloon_gang_cut_off_takes_back_a_member_whose_answer_was_lost(kube, api):
+    """One member created with its answer lost (it exists), the other still answering when
+    the tick's deadline cuts the pass off: both are taken back. The cut-off path took back
+    only the one in flight."""
+    adapter = KubeAdapter(api, watch_timeout_s=30, event_instance="test-0", request_timeout_s=5)
+    await adapter.start(sync_timeout_s=5)
+    try:
+        await adapter.ensure_priority_class()
+        add_gpu_nodes(kube, 8)
+        add_pd(kube)
+        await settle(adapter, kube)
+        kube.inject_fault(code=0, method="POST", path_contains="/pods", action="drop_answer")
+        kube.inject_fault(
+            code=0, method="POST", path_contains="/pods", action="slow_answer", stall_s=3
+        )
+        plan = GangPlan({DECODE: component_plan(DECODE, current=1, desired=1, balloons=1)})
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(1.0):
+                await adapter.apply(plan, adapter.snapshot(now_s=time.time()), dry_run=False)
+        assert len(kube.requests("POST", "/pods")) == 2
+        left = [p for p in balloon_pods(kube, "llama-decode") if "deletionTimestamp" not in p]
+        assert left == []
+    finally:
+        await adapter.close()
+
+
 async def test_an_hpa_on_the_lws_is_reported_and_nothing_is_written(kube, adapter, api):
     # Older versions of the fake serve no HPAs; register the autoscaling/v2 type if needed.
     served = {(t.group, t.plural) for t in kube.registry.all()}

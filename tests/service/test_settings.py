@@ -103,6 +103,9 @@ def test_namespaces_repeat_on_the_command_line_and_split_from_environment(
     # a comma list, as the environment variable takes it, was refused as one bad name
     listed = _load("--prometheus-url", "http://p:1", "--namespace", "a,b", "--namespace", "c")
     assert listed.namespaces == ("a", "b", "c")
+    for empty in ("", ",", " "):  # `--namespace "$NS"` with NS unset: not every namespace
+        with pytest.raises(SettingsError, match="not Kubernetes namespace names"):
+            _load("--prometheus-url", "http://p:1", "--namespace", empty)
     monkeypatch.setenv("GANG_AUTOSCALER_NAMESPACES", "serving, batch")
     assert _load("--prometheus-url", "http://p:1").namespaces == ("serving", "batch")
 
