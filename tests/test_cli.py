@@ -53,6 +53,30 @@ def test_log_levels_are_those_run_accepts() -> None:
 SIMULATE_A_MINUTE = ["simulate", "--duration", "1m", "--no-progress"]
 
 
+def run_with_no_reader(argv: list[str], *, unbuffered: bool) -> subprocess.CompletedProcess[str]:
+    """`gang-autoscaler ARGV | head -3`, made deterministic: the pipe's only reader is closed
+    before the command starts, so its first write to stdout meets EPIPE."""
+    env = {name: value for name, value in os.environ.items() if name != "PYTHONUNBUFFERED"}
+    if unbuffered:
+        env["PYTHONUNBUFFERED"] = "1"
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        # `-m` from the checkout, so the code under test is this tree's, not an installed one
+        return subprocess.run(
+            [sys.executable, "-m", "autoscaler.cli", *argv],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            cwd=REPO,
+            env=env,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    finally:
+        os.close(write_end)
+
+
 @pytest.mark.parametrize(
     ("argv", "unbuffered"),
     [
@@ -67,27 +91,7 @@ SIMULATE_A_MINUTE = ["simulate", "--duration", "1m", "--no-progress"]
 def test_a_reader_that_went_away_ends_the_command_without_a_traceback(
     argv: list[str], unbuffered: bool
 ) -> None:
-    # `gang-autoscaler simulate | head -3`, made deterministic: the pipe's only reader is
-    # closed before the command starts, so its first write to stdout meets EPIPE.
-    env = {name: value for name, value in os.environ.items() if name != "PYTHONUNBUFFERED"}
-    if unbuffered:
-        env["PYTHONUNBUFFERED"] = "1"
-    read_end, write_end = os.pipe()
-    os.close(read_end)
-    try:
-        # `-m` from the checkout, so the code under test is this tree's, not an installed one
-        result = subprocess.run(
-            [sys.executable, "-m", "autoscaler.cli", *argv],
-            stdout=write_end,
-            stderr=subprocess.PIPE,
-            cwd=REPO,
-            env=env,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-    finally:
-        os.close(write_end)
+    result = run_with_no_reader(argv, unbuffered=unbuffered)
     assert "BrokenPipeError" not in result.stderr
     assert "Traceback" not in result.stderr
     assert result.returncode == 1  # as Python's own exit on EPIPE, not 120 (failed flush)
@@ -96,25 +100,9 @@ def test_a_reader_that_went_away_ends_the_command_without_a_traceback(
 def test_a_reader_that_went_away_takes_no_output_file_with_it(tmp_path: Path) -> None:
     """`simulate --json J --report R | head -1` wrote neither: the table was printed first,
     and the closed pipe ended the command before the files."""
-    read_end, write_end = os.pipe()
-    os.close(read_end)
-    env = {name: value for name, value in os.environ.items() if name != "PYTHONUNBUFFERED"}
-    env["PYTHONUNBUFFERED"] = "1"
     argv = [*SIMULATE_A_MINUTE, "--policy", "static"]
     argv += ["--json", str(tmp_path / "out.json"), "--report", str(tmp_path / "report")]
-    try:
-        result = subprocess.run(
-            [sys.executable, "-m", "autoscaler.cli", *argv],
-            stdout=write_end,
-            stderr=subprocess.PIPE,
-            cwd=REPO,
-            env=env,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-    finally:
-        os.close(write_end)
+    result = run_with_no_reader(argv, unbuffered=True)
     assert result.returncode == 1
     assert json.loads((tmp_path / "out.json").read_text())["policies"]["static"]
     assert (tmp_path / "report" / "report.md").is_file()

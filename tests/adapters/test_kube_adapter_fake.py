@@ -390,6 +390,21 @@ async def test_a_dropped_connection_fails_one_component_and_the_others_are_still
     assert balloon_pods(kube, "llama-prefill") == []
 
 
+@contextlib.asynccontextmanager
+async def timed_adapter(api: client.ApiClient, request_timeout_s: float) -> AsyncIterator[Any]:
+    """A started adapter whose API calls time out after `request_timeout_s`, with the
+    balloon PriorityClass in place."""
+    adapter = KubeAdapter(
+        api, watch_timeout_s=30, event_instance="test-0", request_timeout_s=request_timeout_s
+    )
+    await adapter.start(sync_timeout_s=5)
+    try:
+        await adapter.ensure_priority_class()
+        yield adapter
+    finally:
+        await adapter.close()
+
+
 async def apply_against_silence(
     kube: FakeKube,
     api: client.ApiClient,
@@ -400,12 +415,7 @@ async def apply_against_silence(
 ) -> Any:
     """Apply `plan` to a PD deployment while the API server accepts each (method, path
     fragment) in `silent` and never answers it (for a minute, far past every timeout)."""
-    adapter = KubeAdapter(
-        api, watch_timeout_s=30, event_instance="test-0", request_timeout_s=request_timeout_s
-    )
-    await adapter.start(sync_timeout_s=5)
-    try:
-        await adapter.ensure_priority_class()
+    async with timed_adapter(api, request_timeout_s) as adapter:
         add_gpu_nodes(kube, 8)
         add_pd(kube)
         await settle(adapter, kube)
@@ -413,8 +423,6 @@ async def apply_against_silence(
         for method, path in silent:
             kube.inject_fault(code=0, method=method, path_contains=path, action="stall", stall_s=60)
         return await asyncio.wait_for(adapter.apply(plan, state, dry_run=False), timeout=30)
-    finally:
-        await adapter.close()
 
 
 async def test_a_write_with_no_answer_times_out_and_the_pass_goes_on(kube, api):
@@ -971,10 +979,7 @@ async def test_a_stalled_events_store_delays_reports_never_the_scale_writes(kube
     """Three Event repeats due, every Event PATCH stalled: the repeats were flushed first,
     one request timeout each, and the tick's deadline ran out before any /scale write, tick
     after tick. Now the writes go first, and one unanswered repeat ends the flush."""
-    adapter = KubeAdapter(api, watch_timeout_s=30, event_instance="test-0", request_timeout_s=1)
-    await adapter.start(sync_timeout_s=5)
-    try:
-        await adapter.ensure_priority_class()
+    async with timed_adapter(api, 1) as adapter:
         add_gpu_nodes(kube, 12)
         add_pd(kube, extra={"gang-autoscaler.io/min-replicas": "abc"})
         kube.apply(
@@ -1004,8 +1009,6 @@ async def test_a_stalled_events_store_delays_reports_never_the_scale_writes(kube
         # first unanswered request ends
         assert len(kube.requests("PATCH", "/events/")) == 4
         assert time.monotonic() - started < 2.5
-    finally:
-        await adapter.close()
 
 
 @pytest.mark.parametrize(
@@ -1021,10 +1024,7 @@ async def test_a_balloon_gang_is_made_whole_or_not_at_all_within_the_tick(
     """Each pod create answered 0.4 s late, 1 s left in the tick: four members one after
     another were cut off by the deadline before their clean-up, and every tick deleted the
     half gang and started another (15 creates, 12 deletes, no whole gang in five ticks)."""
-    adapter = KubeAdapter(api, watch_timeout_s=30, event_instance="test-0", request_timeout_s=1)
-    await adapter.start(sync_timeout_s=5)
-    try:
-        await adapter.ensure_priority_class()
+    async with timed_adapter(api, 1) as adapter:
         add_gpu_nodes(kube, 16, per_rack=4)
         lws = lws_manifest("llama-decode", replicas=1, annotations=ON)
         lws["spec"]["leaderWorkerTemplate"]["size"] = 4
@@ -1041,18 +1041,13 @@ async def test_a_balloon_gang_is_made_whole_or_not_at_all_within_the_tick(
         await asyncio.sleep(0.5)  # the answers still on their way arrive
         left = [p for p in balloon_pods(kube, "llama-decode") if "deletionTimestamp" not in p]
         assert len(left) == members_left
-    finally:
-        await adapter.close()
 
 
 async def test_a_balloon_gang_cut_off_takes_back_a_member_whose_answer_was_lost(kube, api):
     """One member created with its answer lost (it exists), the other still answering when
     the tick's deadline cuts the pass off: both are taken back. The cut-off path took back
     only the one in flight."""
-    adapter = KubeAdapter(api, watch_timeout_s=30, event_instance="test-0", request_timeout_s=5)
-    await adapter.start(sync_timeout_s=5)
-    try:
-        await adapter.ensure_priority_class()
+    async with timed_adapter(api, 5) as adapter:
         add_gpu_nodes(kube, 8)
         add_pd(kube)
         await settle(adapter, kube)
@@ -1067,8 +1062,6 @@ async def test_a_balloon_gang_cut_off_takes_back_a_member_whose_answer_was_lost(
         assert len(kube.requests("POST", "/pods")) == 2
         left = [p for p in balloon_pods(kube, "llama-decode") if "deletionTimestamp" not in p]
         assert left == []
-    finally:
-        await adapter.close()
 
 
 async def test_an_hpa_on_the_lws_is_reported_and_nothing_is_written(kube, adapter, api):
