@@ -141,6 +141,9 @@ class Actuator:
         # When each component last held on missing data (monotonic), if within a stretch
         self._told_missing: dict[ComponentKey, float] = {}
         self._clock = clock
+        # Events said during an `apply` pass, written after all of its writes: (ref, type,
+        # reason, message). None outside a pass, where an Event is written at once.
+        self._deferred: list[tuple[ObjectRef, str, str, str]] | None = None
 
     def forget_balloon_sightings(self) -> None:
         """Start a leadership term from what is observed: another leader may have replaced
@@ -182,15 +185,33 @@ class Actuator:
         self, ref: ObjectRef, notes: list[str], *, type_: str, reason: str, message: str
     ) -> None:
         self._check_leader()
+        notes.append(f"{type_} {reason}: {message}")
+        if self._deferred is not None:
+            self._deferred.append((ref, type_, reason, message))
+            return
+        await self._write_event(ref, type_, reason, message)
+
+    async def _write_event(self, ref: ObjectRef, type_: str, reason: str, message: str) -> None:
+        if not self._may_write():
+            return  # the Lease lost since it was said: the next leader says it again
         try:
             await self._events.record(ref, type_=type_, reason=reason, message=message)
         except KubeAdapterError as err:
             # An Event is a report, never a reason to stop acting.
             log.warning("%s", err)
-        notes.append(f"{type_} {reason}: {message}")
 
     async def apply(self, gang_plan: GangPlan, state: KubeState, *, dry_run: bool) -> ApplyReport:
+        """Carry `gang_plan` out: every component's writes first, `max_concurrent` at a time,
+        then the orphan balloons, then the pass's Events and the waiting Event repeats, so
+        that a slow Events store delays the reports and never the scaling."""
         self._check_leader()
+        self._deferred = []
+        try:
+            return await self._apply(gang_plan, state, dry_run=dry_run)
+        finally:
+            self._deferred = None
+
+    async def _apply(self, gang_plan: GangPlan, state: KubeState, *, dry_run: bool) -> ApplyReport:
         balloon_pods: list[dict[str, Any]] | None
         try:
             balloon_pods = await self.list_balloon_pods()
@@ -235,9 +256,11 @@ class Actuator:
         orphans: tuple[str, ...] = ()
         if balloon_pods is not None:
             orphans = await self._delete_orphans(state, balloon_pods, dry_run=dry_run)
-        # Repeats whose 5 minutes are over, even with none since: after every write, so a
-        # slow Events store delays reports, never the scaling. Not by an instance that lost
-        # the Lease meanwhile, which still returns the report of the writes it made.
+        # The Events, then the repeats whose 5 minutes are over (even with none since). Not
+        # by an instance that lost the Lease meanwhile, which still returns the report of
+        # the writes it made.
+        deferred, self._deferred = self._deferred or [], None
+        await self._each(functools.partial(self._write_event, *said) for said in deferred)
         if self._may_write():
             await self._events.flush()
         return ApplyReport(components=dict(sorted(out.items())), orphan_balloons_deleted=orphans)

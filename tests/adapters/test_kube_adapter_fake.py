@@ -1043,6 +1043,29 @@ async def test_a_balloon_gang_is_made_whole_or_not_at_all_within_the_tick(
         assert len(left) == members_left
 
 
+async def test_events_of_other_components_wait_for_every_scale_write(kube, api):
+    """One component at a time, two held LWS sorted first, every Event create stalled: each
+    Warning took its request timeout before the next component's turn, and the third one's
+    scale came after the tick's deadline. Now the pass writes its Events last."""
+    async with timed_adapter(api, 1) as adapter:
+        adapter.actuator.max_concurrent = 1
+        add_gpu_nodes(kube, 8)
+        for name in ("aaa-bad-1", "aaa-bad-2"):
+            bad = {**ON, "gang-autoscaler.io/max-replicas": "x"}
+            kube.apply(lws_manifest(name, replicas=1, annotations=bad))
+        kube.apply(lws_manifest("zzz", replicas=1, annotations=ON))
+        await settle(adapter, kube)
+        kube.inject_fault(
+            code=0, method="POST", path_contains="/events", action="stall", stall_s=60, times=9
+        )
+        zzz = ComponentKey(NS, "zzz")
+        plan = GangPlan({zzz: component_plan(zzz, current=1, desired=2)})
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(1.5):
+                await adapter.apply(plan, adapter.snapshot(now_s=time.time()), dry_run=False)
+        assert spec_replicas(kube, "zzz") == 2
+
+
 async def test_a_balloon_gang_cut_off_takes_back_a_member_whose_answer_was_lost(kube, api):
     """One member created with its answer lost (it exists), the other still answering when
     the tick's deadline cuts the pass off: both are taken back. The cut-off path took back
