@@ -81,6 +81,8 @@ class _Draft:
     # what a scale-up capped for gangs still starting remembers instead: the need it was
     # held to (remembering the need itself let it creep up by the tolerance every tick)
     scale_up_need: int | None = None
+    # the count `_keep_ready` raised to: unchanged since, there is nothing new to keep for
+    ready_kept_at: int | None = None
     forecast: Forecast | None = None  # a usable one (finite point and bound), else None
     forgotten_capacity: float | None = None  # learned for another gang template
     # the spread of the recent demand readings, read only when the forecast floor is computed
@@ -478,7 +480,7 @@ def _keep_ready(d: _Draft) -> None:
     not-ready group 0 outlives the ready groups above it: 3 -> 1 with only groups 1 and 2
     ready left none. Never past `max-replicas`; at zero, the whole deployment goes."""
     spec = d.obs.spec_gangs
-    if not 0 < d.gangs < spec:
+    if not 0 < d.gangs < spec or d.gangs == d.ready_kept_at:
         return
     ready = sorted(
         g.group_index for g in d.obs.gangs if g.state is GangState.READY and g.group_index < spec
@@ -491,6 +493,7 @@ def _keep_ready(d: _Draft) -> None:
     if kept <= sum(1 for index in ready if index < d.gangs):
         return  # `max-replicas` cuts it short of any ready gang more: nothing to gain
     not_ready = sorted(set(range(keep)) - set(ready))
+    d.ready_kept_at = keep
     d.step(
         "keep_ready",
         keep,
@@ -586,9 +589,16 @@ def plan(
     for key, d in drafts.items():
         deployments.setdefault(d.deployment, {})[key] = d
     for members_drafts in deployments.values():
-        for d in members_drafts.values():
-            _keep_ready(d)  # before coupling, which keeps a ratio band around what it keeps
-        _couple(members_drafts)
+        # Keeping ready gangs and coupling each only raise, and each may call for the other
+        # (a band kept around what is kept; a minimum raised from 0 onto a group not ready):
+        # in turn until neither changes, at most once per gang each could add.
+        while True:
+            before = {key: d.gangs for key, d in members_drafts.items()}
+            for d in members_drafts.values():
+                _keep_ready(d)
+            _couple(members_drafts)
+            if all(d.gangs == before[key] for key, d in members_drafts.items()):
+                break
     _fit(drafts, observations)
 
     for members_drafts in deployments.values():

@@ -766,6 +766,38 @@ def test_ready_gangs_kept_on_one_side_keep_the_ratio_band():
     assert (d.desired_gangs, d.reason) == (3, Reason.RATIO_BAND)
 
 
+def _restarting(index: int) -> GangStatus:
+    return GangStatus(index, 2, 2, 0, NOW - 60)
+
+
+def test_a_minimum_raised_by_coupling_keeps_a_ready_gang():
+    """Idle decode at min 0 proposes 0; coupling raises it to the deployment's 1, which is
+    group 0, restarting: both ready gangs (1, 2) were scaled away."""
+    zero_ok = {"deployment": "chat", "min_replicas": 0, "scale_down_window": "0s"}
+    gangs = (_restarting(0), GangStatus(1, 2, 2, 2), GangStatus(2, 2, 2, 2))
+    _, d = pd(
+        obs("chat-p", ready=2, waiting=8, kv=0.78),
+        obs("chat-d", ready=2, spec=3, waiting=0, kv=0.0, gangs=gangs),
+        prefill_policy=policy(component="prefill", **zero_ok),
+        decode_policy=policy(component="decode", **zero_ok),
+    )
+    assert (d.desired_gangs, d.reason) == (2, Reason.KEEP_READY_GANGS)
+
+
+def test_a_count_raised_for_a_ratio_band_keeps_its_ready_gangs():
+    """Decode's 1 is raised to 2 by the 1:1 band around prefill's 2, but groups 0 and 1
+    keep one ready gang: group 3, ready, is kept too, and prefill follows the band."""
+    band = {"deployment": "chat", "prefill_decode_ratio": "1:1", "scale_down_window": "0s"}
+    gangs = (GangStatus(0, 2, 2, 2), _restarting(1), _restarting(2), GangStatus(3, 2, 2, 2))
+    p, d = pd(
+        obs("chat-p", ready=2, waiting=8, kv=0.78),
+        obs("chat-d", ready=2, spec=4, waiting=0, kv=0.1, gangs=gangs),
+        prefill_policy=policy(component="prefill", **band),
+        decode_policy=policy(component="decode", **band),
+    )
+    assert d.desired_gangs == 4 and p.desired_gangs == 4
+
+
 def test_timed_out_gang_below_the_desired_count_is_reported_stuck_not_removed():
     component = obs(
         ready=2,
