@@ -6,7 +6,7 @@ Pods are matched to groups by the labels the LWS controller sets (`.../name`,
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 from autoscaler.adapters.kube_objects import (
     GROUP_INDEX_LABEL,
@@ -26,7 +26,12 @@ from autoscaler.core.model import GangStatus
 
 
 def gang_statuses(
-    pods: Iterable[Obj], *, lws_name: str, pods_per_gang: int, spec_gangs: int
+    pods: Iterable[Obj],
+    *,
+    lws_name: str,
+    pods_per_gang: int,
+    spec_gangs: int,
+    schedulable_nodes: Collection[str] | None = None,
 ) -> tuple[GangStatus, ...]:
     """One `GangStatus` per group index below `spec_gangs`, in index order.
 
@@ -45,7 +50,10 @@ def gang_statuses(
         if group is None or group >= spec_gangs:
             continue
         if is_terminating(pod):
-            if pod_is_bound(pod):
+            # its room goes to its replacement only on a node that takes new pods (None:
+            # every node); one cordoned, drained or not Ready keeps it from everyone
+            node = (pod.get("spec") or {}).get("nodeName")
+            if node and (schedulable_nodes is None or node in schedulable_nodes):
                 leaving[group] = leaving.get(group, 0) + 1
             continue
         by_group.setdefault(group, []).append(pod)

@@ -114,6 +114,8 @@ def build_state(
     balloon_image: str = PAUSE_IMAGE,
 ) -> KubeState:
     pod_list = list(pods)
+    cluster = cluster_observation(nodes, pod_list, can_grow=can_grow)
+    schedulable = {node.name for node in cluster.nodes if node.schedulable}
     by_lws: dict[tuple[str, str], list[Obj]] = {}
     balloons_by_lws: dict[tuple[str, str], list[Obj]] = {}
     for pod in pod_list:
@@ -144,6 +146,7 @@ def build_state(
                 lws_name=key.lws,
                 pods_per_gang=found.shape.pods_per_gang,
                 spec_gangs=found.spec_gangs,
+                schedulable_nodes=schedulable,
             )
             held = whole_balloon_gangs(
                 balloons,
@@ -165,5 +168,5 @@ def build_state(
     return KubeState(
         taken_at_s=now_s,
         components=components,
-        cluster=cluster_observation(nodes, pod_list, can_grow=can_grow),
+        cluster=cluster,
     )

@@ -102,6 +102,11 @@ def test_members_terminating_on_a_node_are_counted_as_leaving():
     ]
     gangs = gang_statuses(pods, lws_name="vllm", pods_per_gang=2, spec_gangs=2)
     assert [(g.pods_scheduled, g.pods_leaving) for g in gangs] == [(0, 2), (1, 0)]
+    # on a node that takes no new pod (cordoned, drained, not Ready) the room stays there
+    cordoned = gang_statuses(
+        pods, lws_name="vllm", pods_per_gang=2, spec_gangs=2, schedulable_nodes={"node-b"}
+    )
+    assert [g.pods_leaving for g in cordoned] == [0, 0]
 
 
 def test_groups_above_spec_are_left_out_and_missing_groups_are_pending():
