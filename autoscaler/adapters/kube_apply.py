@@ -141,9 +141,13 @@ class Actuator:
         # When each component last held on missing data (monotonic), if within a stretch
         self._told_missing: dict[ComponentKey, float] = {}
         self._clock = clock
-        # Events said during an `apply` pass, written after all of its writes: (ref, type,
-        # reason, message). None outside a pass, where an Event is written at once.
-        self._deferred: list[tuple[ObjectRef, str, str, str]] | None = None
+        # During an `apply` pass, each Event said is written by a task of its own, at most
+        # `max_concurrent` at a time, so that no component's writes wait for a report; the
+        # pass waits for them at its end. A pass cut off by the tick's deadline leaves them
+        # to finish: a one-off Event (a scale, a roll-back) is never said again. None
+        # outside a pass, where an Event is written at once.
+        self._event_tasks: set[asyncio.Task[None]] | None = None
+        self._event_slots = asyncio.Semaphore(max_concurrent)
 
     def forget_balloon_sightings(self) -> None:
         """Start a leadership term from what is observed: another leader may have replaced
@@ -184,32 +188,36 @@ class Actuator:
     async def _event(
         self, ref: ObjectRef, notes: list[str], *, type_: str, reason: str, message: str
     ) -> None:
-        self._check_leader()
         notes.append(f"{type_} {reason}: {message}")
-        if self._deferred is not None:
-            self._deferred.append((ref, type_, reason, message))
+        if self._event_tasks is None:
+            await self._write_event(ref, type_, reason, message)
             return
-        await self._write_event(ref, type_, reason, message)
+        task = asyncio.create_task(self._write_event(ref, type_, reason, message))
+        self._event_tasks.add(task)
 
     async def _write_event(self, ref: ObjectRef, type_: str, reason: str, message: str) -> None:
-        if not self._may_write():
-            return  # the Lease lost since it was said: the next leader says it again
-        try:
-            await self._events.record(ref, type_=type_, reason=reason, message=message)
-        except KubeAdapterError as err:
-            # An Event is a report, never a reason to stop acting.
-            log.warning("%s", err)
+        async with self._event_slots:
+            if not self._may_write():
+                return  # the Lease lost since it was said: the next leader says it again
+            try:
+                await self._events.record(ref, type_=type_, reason=reason, message=message)
+            except KubeAdapterError as err:
+                # An Event is a report, never a reason to stop acting.
+                log.warning("%s", err)
+            except Exception:  # a bug: said in the log, the pass goes on
+                log.exception("recording Event %s on %s/%s", reason, ref.namespace, ref.name)
 
     async def apply(self, gang_plan: GangPlan, state: KubeState, *, dry_run: bool) -> ApplyReport:
-        """Carry `gang_plan` out: every component's writes first, `max_concurrent` at a time,
-        then the orphan balloons, then the pass's Events and the waiting Event repeats, so
-        that a slow Events store delays the reports and never the scaling."""
+        """Carry `gang_plan` out: every component's writes, `max_concurrent` at a time, then
+        the orphan balloons. The Events said on the way are written beside them by tasks of
+        their own, waited for at the end, and then the waiting Event repeats: a slow Events
+        store delays the reports and never the scaling."""
         self._check_leader()
-        self._deferred = []
+        self._event_tasks = set()
         try:
             return await self._apply(gang_plan, state, dry_run=dry_run)
         finally:
-            self._deferred = None
+            self._event_tasks = None
 
     async def _apply(self, gang_plan: GangPlan, state: KubeState, *, dry_run: bool) -> ApplyReport:
         balloon_pods: list[dict[str, Any]] | None
@@ -259,8 +267,9 @@ class Actuator:
         # The Events, then the repeats whose 5 minutes are over (even with none since). Not
         # by an instance that lost the Lease meanwhile, which still returns the report of
         # the writes it made.
-        deferred, self._deferred = self._deferred or [], None
-        await self._each(functools.partial(self._write_event, *said) for said in deferred)
+        if self._event_tasks:
+            # not cancelled with the pass: a deadline here leaves them to finish
+            await asyncio.wait(self._event_tasks)
         if self._may_write():
             await self._events.flush()
         return ApplyReport(components=dict(sorted(out.items())), orphan_balloons_deleted=orphans)

@@ -1066,6 +1066,32 @@ async def test_events_of_other_components_wait_for_every_scale_write(kube, api):
         assert spec_replicas(kube, "zzz") == 2
 
 
+async def test_a_pass_cut_off_by_the_deadline_still_writes_the_events_it_said(kube, api):
+    """aaa scales 1 -> 2 while zzz's balloon create stalls past the deadline: held back to
+    the end of the pass, aaa's one-off scale Event was lost with it, and the next pass, the
+    plan already met, never said it."""
+    async with timed_adapter(api, 5) as adapter:
+        add_gpu_nodes(kube, 8)
+        kube.apply(lws_manifest("aaa", replicas=1, annotations=ON))
+        kube.apply(lws_manifest("zzz", replicas=1, annotations=ON))
+        await settle(adapter, kube)
+        kube.inject_fault(code=0, method="POST", path_contains="/pods", action="stall", stall_s=60)
+        aaa, zzz = ComponentKey(NS, "aaa"), ComponentKey(NS, "zzz")
+        plan = GangPlan(
+            {
+                aaa: component_plan(aaa, current=1, desired=2),
+                zzz: component_plan(zzz, current=1, desired=1, balloons=1),
+            }
+        )
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(1.5):
+                await adapter.apply(plan, adapter.snapshot(now_s=time.time()), dry_run=False)
+        assert spec_replicas(kube, "aaa") == 2
+        await asyncio.sleep(0.3)
+        (said,) = events(kube, "ScaleUpWaiting")
+        assert said["involvedObject"]["name"] == "aaa"
+
+
 async def test_a_balloon_gang_cut_off_takes_back_a_member_whose_answer_was_lost(kube, api):
     """One member created with its answer lost (it exists), the other still answering when
     the tick's deadline cuts the pass off: both are taken back. The cut-off path took back
