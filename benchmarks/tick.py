@@ -69,7 +69,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from datetime import timedelta
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -345,15 +345,21 @@ async def measure(
             await asyncio.sleep(0.2)
         history = await seed_history(service) if history_days > 0 else {}
         records = []
+        steady_stalls: list[float] = []
         for _ in range(warmup + ticks):
-            record = await service.loop.tick()
+            async with loop_stall_probe() as stalls:
+                record = await service.loop.tick()
             records.append(record)
+            steady_stalls.append(max(stalls))
             await asyncio.sleep(0.5)  # let watch events and fits land between ticks
         step_s = service.forecasts.step_s
         window_tick = None
+        window_stall_s = None
         if history_days > 0:  # the first tick after the next forecast window closes
             await asyncio.sleep(step_s - time.time() % step_s + 1.0)
-            window_tick = await service.loop.tick()
+            async with loop_stall_probe() as stalls:
+                window_tick = await service.loop.tick()
+            window_stall_s = max(stalls)
         if os.environ.get("BENCH_PROFILE"):
             import cProfile
             import pstats
@@ -399,7 +405,11 @@ async def measure(
                 "wall_s": window_tick.duration_s,
                 "cpu_s": window_tick.cpu_s,
                 "scale_writes": _scale_writes([window_tick]),
+                "longest_loop_stall_s": window_stall_s,
             },
+            # How long the event loop ran without letting another task in (a Lease renewal,
+            # a probe), at most, over each timed steady tick: the largest.
+            "longest_loop_stall_s": max(steady_stalls[warmup:]),
             # Steady ticks write nothing; a write would be in the figures.
             "scale_writes": {
                 "warmup": _scale_writes(records[:warmup]),
@@ -422,6 +432,30 @@ async def measure(
     finally:
         await service.close()
         await api.close()
+
+
+@contextlib.asynccontextmanager
+async def loop_stall_probe(period_s: float = 0.005) -> AsyncIterator[list[float]]:
+    """While inside, a task that asks to run every `period_s` records how late each wake-up
+    came: the time the event loop spent without giving any other task a turn."""
+    stalls: list[float] = [0.0]
+    asked = [time.monotonic()]
+
+    async def probe() -> None:
+        while True:
+            asked[0] = time.monotonic()
+            await asyncio.sleep(period_s)
+            stalls.append(max(time.monotonic() - asked[0] - period_s, 0.0))
+
+    task = asyncio.create_task(probe())
+    try:
+        yield stalls
+    finally:
+        # a stretch after the last await inside is over by now, its wake-up still pending
+        stalls.append(max(time.monotonic() - asked[0] - period_s, 0.0))
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 def _scale_writes(records: list[TickRecord]) -> int:
