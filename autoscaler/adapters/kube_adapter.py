@@ -237,6 +237,7 @@ class KubeAdapter:
         await self.actuator.report_holds(plans, state, dry_run=dry_run, told=told)
 
     async def close(self) -> None:
+        await self.actuator.close()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:

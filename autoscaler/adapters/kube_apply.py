@@ -148,6 +148,9 @@ class Actuator:
         # outside a pass, where an Event is written at once.
         self._event_tasks: set[asyncio.Task[None]] | None = None
         self._event_slots = asyncio.Semaphore(max_concurrent)
+        # Every Event task not finished yet, whatever pass said it: the event loop keeps only
+        # a weak reference to a task, and one left by a pass cut off must not be collected.
+        self._events_in_flight: set[asyncio.Task[None]] = set()
 
     def forget_balloon_sightings(self) -> None:
         """Start a leadership term from what is observed: another leader may have replaced
@@ -194,6 +197,16 @@ class Actuator:
             return
         task = asyncio.create_task(self._write_event(ref, type_, reason, message))
         self._event_tasks.add(task)
+        self._events_in_flight.add(task)
+        task.add_done_callback(self._events_in_flight.discard)
+
+    async def close(self) -> None:
+        """Cancel the Event writes still in flight (on shutdown: a report, never worth
+        holding the exit for)."""
+        tasks = list(self._events_in_flight)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _write_event(self, ref: ObjectRef, type_: str, reason: str, message: str) -> None:
         async with self._event_slots:

@@ -17,11 +17,13 @@ one is new, and the memory grew for good; an Event forgotten with repeats waitin
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import logging
 import socket
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -90,6 +92,25 @@ class EventRecorder:
         self._min_write_interval_s = min_write_interval_s
         self._max_remembered = max_remembered
         self._known: OrderedDict[tuple[str, str], _Known] = OrderedDict()
+        # One `record` at a time per Event, and how many wait for it: two at once (a pass
+        # cut off by its deadline leaves its Event writes running into the next pass) both
+        # found it uncached and created it; the late answer cached count 1 over the 2 the
+        # server held, and every later repeat was counted one short.
+        self._in_progress: dict[tuple[str, str], tuple[asyncio.Lock, int]] = {}
+
+    @contextlib.asynccontextmanager
+    async def _one_at_a_time(self, key: tuple[str, str]) -> AsyncIterator[None]:
+        lock, users = self._in_progress.get(key, (asyncio.Lock(), 0))
+        self._in_progress[key] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._in_progress[key]
+            if users > 1:
+                self._in_progress[key] = (lock, users - 1)
+            else:
+                del self._in_progress[key]
 
     def _remember(self, key: tuple[str, str], known: _Known) -> None:
         self._known[key] = known
@@ -108,6 +129,13 @@ class EventRecorder:
         """Record one occurrence; returns the Event's count after it (written or not yet)."""
         message = message[:_MAX_MESSAGE]
         event_name = self.event_name(ref, type_=type_, reason=reason, message=message)
+        cache_key = (ref.namespace, event_name)
+        async with self._one_at_a_time(cache_key):
+            return await self._record(ref, event_name, type_, reason, message)
+
+    async def _record(
+        self, ref: ObjectRef, event_name: str, type_: str, reason: str, message: str
+    ) -> int:
         cache_key = (ref.namespace, event_name)
         moment = self._clock()
         now = _timestamp(moment)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import time
@@ -63,6 +64,25 @@ async def test_repeats_bump_one_event_like_kubectl_shows_and_survive_a_restart()
             await recorder.record(REF, type_="Warning", reason="InvalidPolicy", message="bad") == 1
         )
         assert len(kube.objects("events", NS)) == 2
+
+
+async def test_one_event_recorded_twice_at_once_keeps_its_count():
+    """The create of a pass cut off by its deadline is answered late, while the next pass
+    records the same Event: both found it uncached, the second met 409 and bumped it to 2,
+    then the late answer cached 1 over it, and every later repeat was counted one short."""
+    async with FakeKube.start() as kube, kube.api_client() as api:
+        recorder = EventRecorder(api, instance="a", clock=Clock(), min_write_interval_s=0)
+        kube.inject_fault(
+            code=0, method="POST", path_contains="/events", action="slow_answer", stall_s=0.5
+        )
+        said = {"type_": "Warning", "reason": "InvalidPolicy", "message": "bad"}
+        late = asyncio.create_task(recorder.record(REF, **said))
+        await asyncio.sleep(0.1)  # the create is in, its answer on its way
+        await recorder.record(REF, **said)
+        await late
+        await recorder.record(REF, **said)
+        (event,) = kube.objects("events", NS)
+        assert event["count"] == 3
 
 
 async def test_repeats_within_five_minutes_are_written_together():
