@@ -131,12 +131,12 @@ class EventRecorder:
         event_name = self.event_name(ref, type_=type_, reason=reason, message=message)
         cache_key = (ref.namespace, event_name)
         async with self._one_at_a_time(cache_key):
-            return await self._record(ref, event_name, type_, reason, message)
+            return await self._record(ref, cache_key, type_, reason, message)
 
     async def _record(
-        self, ref: ObjectRef, event_name: str, type_: str, reason: str, message: str
+        self, ref: ObjectRef, cache_key: tuple[str, str], type_: str, reason: str, message: str
     ) -> int:
-        cache_key = (ref.namespace, event_name)
+        event_name = cache_key[1]
         moment = self._clock()
         now = _timestamp(moment)
         known = self._known.get(cache_key)

@@ -474,7 +474,8 @@ def _detail(d: _Draft) -> str:
 
 
 def _keep_ready(d: _Draft) -> None:
-    """Step 7, on a scale-down: LWS keeps the lowest groups, so when a group below the new
+    """Step 7, run in turn with coupling (step 5) because each may raise what the other
+    decided. On a scale-down LWS keeps the lowest groups, so when a group below the new
     count is not ready (partial, restarting, still loading), keep as many more as it takes
     for the count's ready gangs to stay, or every ready gang when fewer are ready. Else a
     not-ready group 0 outlives the ready groups above it: 3 -> 1 with only groups 1 and 2
