@@ -6,7 +6,7 @@ Pods are matched to groups by the labels the LWS controller sets (`.../name`,
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Iterable
 
 from autoscaler.adapters.kube_objects import (
     GROUP_INDEX_LABEL,
@@ -31,7 +31,7 @@ def gang_statuses(
     lws_name: str,
     pods_per_gang: int,
     spec_gangs: int,
-    schedulable_nodes: Collection[str] | None = None,
+    takes_replacement: Callable[[str, bool], bool] | None = None,
 ) -> tuple[GangStatus, ...]:
     """One `GangStatus` per group index below `spec_gangs`, in index order.
 
@@ -40,6 +40,10 @@ def gang_statuses(
     `spec_gangs` are being scaled away and are not reported. A group with no pod yet is
     PENDING with an unknown start (`not_ready_since_s=None`); otherwise a group is not ready
     since the earliest `not_ready_since_s` of its not-ready pods.
+
+    `takes_replacement(node, leader)` says whether a node takes a new leader (or worker) of
+    this gang (None: every node does): a terminating member's room goes to its replacement
+    only there.
     """
     by_group: dict[int, list[Obj]] = {}
     leaving: dict[int, int] = {}  # terminating pods still on a node, by group
@@ -50,10 +54,14 @@ def gang_statuses(
         if group is None or group >= spec_gangs:
             continue
         if is_terminating(pod):
-            # its room goes to its replacement only on a node that takes new pods (None:
-            # every node); one cordoned, drained or not Ready keeps it from everyone
+            # its room goes to its replacement only on a node that takes it; one cordoned,
+            # not Ready or tainted against it (cluster-autoscaler's ToBeDeleted, Karpenter's
+            # disrupted: drained) keeps that room from everyone
             node = (pod.get("spec") or {}).get("nodeName")
-            if node and (schedulable_nodes is None or node in schedulable_nodes):
+            if node and (
+                takes_replacement is None
+                or takes_replacement(node, int_label(pod, WORKER_INDEX_LABEL) == 0)
+            ):
                 leaving[group] = leaving.get(group, 0) + 1
             continue
         by_group.setdefault(group, []).append(pod)

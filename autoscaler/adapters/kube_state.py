@@ -10,7 +10,7 @@ joins its per-pod series on.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from autoscaler.adapters.balloons import shape_digest, whole_balloon_gangs
@@ -25,14 +25,17 @@ from autoscaler.adapters.kube_objects import (
     labels,
     namespace,
 )
+from autoscaler.core.fit import can_run_on
 from autoscaler.core.model import (
     ClusterObservation,
     ComponentKey,
     ComponentObservation,
+    NodeCapacity,
     Observations,
     Signals,
 )
 from autoscaler.core.policy import Policy, PolicyProblem
+from autoscaler.core.shape import GangShape
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +118,7 @@ def build_state(
 ) -> KubeState:
     pod_list = list(pods)
     cluster = cluster_observation(nodes, pod_list, can_grow=can_grow)
-    schedulable = {node.name for node in cluster.nodes if node.schedulable}
+    nodes_by_name = {node.name: node for node in cluster.nodes}
     by_lws: dict[tuple[str, str], list[Obj]] = {}
     balloons_by_lws: dict[tuple[str, str], list[Obj]] = {}
     for pod in pod_list:
@@ -146,7 +149,7 @@ def build_state(
                 lws_name=key.lws,
                 pods_per_gang=found.shape.pods_per_gang,
                 spec_gangs=found.spec_gangs,
-                schedulable_nodes=schedulable,
+                takes_replacement=_takes_replacement(found.shape, nodes_by_name),
             )
             held = whole_balloon_gangs(
                 balloons,
@@ -170,3 +173,15 @@ def build_state(
         components=components,
         cluster=cluster,
     )
+
+
+def _takes_replacement(
+    shape: GangShape, nodes: Mapping[str, NodeCapacity]
+) -> Callable[[str, bool], bool]:
+    """Whether a node takes a new leader (True) or worker of `shape`."""
+
+    def takes(node_name: str, leader: bool) -> bool:
+        node = nodes.get(node_name)
+        return node is not None and can_run_on(shape.leader if leader else shape.worker, node)
+
+    return takes

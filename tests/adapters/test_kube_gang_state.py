@@ -8,8 +8,9 @@ import pytest
 
 from autoscaler.adapters.capacity import node_capacities
 from autoscaler.adapters.gang_state import gang_statuses, ready_leader_pods
-from autoscaler.core.model import GangState
-from tests.adapters.kube_fixtures import gpu_node, lws_pod
+from autoscaler.adapters.kube_state import build_state
+from autoscaler.core.model import ComponentKey, GangState
+from tests.adapters.kube_fixtures import gpu_node, lws_pod, vllm_lws
 
 
 def _epoch(text: str) -> float:
@@ -102,11 +103,58 @@ def test_members_terminating_on_a_node_are_counted_as_leaving():
     ]
     gangs = gang_statuses(pods, lws_name="vllm", pods_per_gang=2, spec_gangs=2)
     assert [(g.pods_scheduled, g.pods_leaving) for g in gangs] == [(0, 2), (1, 0)]
-    # on a node that takes no new pod (cordoned, drained, not Ready) the room stays there
+    # on a node that takes no new member (cordoned, drained, not Ready) the room stays there
     cordoned = gang_statuses(
-        pods, lws_name="vllm", pods_per_gang=2, spec_gangs=2, schedulable_nodes={"node-b"}
+        pods,
+        lws_name="vllm",
+        pods_per_gang=2,
+        spec_gangs=2,
+        takes_replacement=lambda node, leader: node == "node-b",
     )
     assert [g.pods_leaving for g in cordoned] == [0, 0]
+    # asked per role: the node takes workers, not leaders
+    workers_only = gang_statuses(
+        pods,
+        lws_name="vllm",
+        pods_per_gang=2,
+        spec_gangs=2,
+        takes_replacement=lambda node, leader: not leader,
+    )
+    assert [g.pods_leaving for g in workers_only] == [1, 0]
+
+
+def _tainted(name: str, key: str) -> dict:
+    node = gpu_node(name)
+    node["spec"]["taints"] = [{"key": key, "value": "1732500000", "effect": "NoSchedule"}]
+    return node
+
+
+def test_a_node_being_drained_by_taint_keeps_its_leaving_members_room():
+    """cluster-autoscaler and Karpenter drain a node by tainting it, without cordoning it:
+    the replacement of a member evicted there must find room elsewhere, so fit must look for
+    it. A node whose taint the template tolerates still takes the replacement."""
+    lws = vllm_lws(name="vllm", annotations={"gang-autoscaler.io/enabled": "true"}, replicas=3)
+    worker = lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]
+    worker["tolerations"] = [{"key": "example.com/maintenance", "operator": "Exists"}]
+    nodes = [
+        gpu_node("node-a"),
+        _tainted("node-b", "ToBeDeletedByClusterAutoscaler"),
+        _tainted("node-c", "karpenter.sh/disrupted"),
+        _tainted("node-d", "example.com/maintenance"),
+    ]
+    pods = [
+        lws_pod("vllm", 0, 0, node="node-a", terminating=True),
+        lws_pod("vllm", 0, 1, node="node-a"),
+        lws_pod("vllm", 1, 0, node="node-b", terminating=True),
+        lws_pod("vllm", 1, 1, node="node-c", terminating=True),
+        lws_pod("vllm", 2, 0, node="node-a"),
+        lws_pod("vllm", 2, 1, node="node-d", terminating=True),
+    ]
+    state = build_state(lws_objects=[lws], pods=pods, nodes=nodes, now_s=0.0)
+    observation = state.components[ComponentKey("serving", "vllm")].observation
+    assert observation is not None
+    # the workers tolerate node-d's taint: group 2's worker returns there
+    assert [g.pods_leaving for g in observation.gangs] == [1, 0, 1]
 
 
 def test_groups_above_spec_are_left_out_and_missing_groups_are_pending():
