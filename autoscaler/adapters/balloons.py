@@ -56,6 +56,7 @@ from autoscaler.adapters.kube_objects import (
     pod_is_bound,
     pod_is_finished,
 )
+from autoscaler.adapters.pod_names import parse_index
 from autoscaler.core.partial_gangs import aged_from
 from autoscaler.core.shape import GangShape, PodShape, Resources, subtract_resources
 
@@ -79,6 +80,20 @@ _MAX_LABEL_VALUE = 63
 
 def balloon_pod_name(lws_name: str, gang_index: int, member: int) -> str:
     return f"{lws_name}-balloon-{gang_index}-{member}"
+
+
+def balloon_name_clash(lws_name: str, others: Iterable[str]) -> str | None:
+    """The first LWS among `others` (of the same namespace) whose pods are named as balloon
+    pods of `lws_name` are: `<lws>-balloon`'s worker `<lws>-balloon-<n>-<m>`, and
+    `<lws>-balloon-<n>`'s leaders. Whichever pod comes first takes the name, and the other is
+    refused: a balloon could keep a real pod from being made."""
+    prefix = f"{lws_name}-balloon"
+    for other in sorted(others):
+        if other == prefix or (
+            other.startswith(prefix + "-") and parse_index(other[len(prefix) + 1 :]) is not None
+        ):
+            return other
+    return None
 
 
 def _quantity(resource: str, amount: int) -> str:

@@ -416,10 +416,25 @@ class Actuator:
             )
         if balloon_pods is None:
             return ComponentApplied(key, dry, outcome, events=tuple(notes), errors=scale_errors)
+        desired_balloons = plan.balloon_gangs
+        if comp.balloon_name_clash is not None:
+            # none made, and those made before the other LWS appeared go: its pods need the names
+            desired_balloons = 0
+            if plan.balloon_gangs:
+                clash = (
+                    f"no balloon gang is made: balloon pods ({key.lws}-balloon-<n>-<member>) "
+                    f"would take the names of LWS {comp.balloon_name_clash}'s pods and keep them "
+                    "from being created; rename one of the two LWS"
+                )
+                scale_errors += (clash,)
+                if not dry:
+                    await self._event(
+                        ref, notes, type_=WARNING, reason="BalloonNameClash", message=clash
+                    )
         balloon_plan = plan_balloons(
             balloon_pods,
             lws_name=key.lws,
-            desired_gangs=plan.balloon_gangs,
+            desired_gangs=desired_balloons,
             pods_per_gang=found.shape.pods_per_gang,
             digest=shape_digest(found.shape, image=self._balloons.image),
             now_s=now_s,

@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 
-from autoscaler.adapters.balloons import shape_digest, whole_balloon_gangs
+from autoscaler.adapters.balloons import balloon_name_clash, shape_digest, whole_balloon_gangs
 from autoscaler.adapters.capacity import cluster_observation, is_balloon
 from autoscaler.adapters.gang_state import gang_statuses, ready_leader_pods
 from autoscaler.adapters.kube_discovery import DiscoveredComponent, ParseCache, discover
@@ -23,6 +23,7 @@ from autoscaler.adapters.kube_objects import (
     PAUSE_IMAGE,
     Obj,
     labels,
+    meta,
     namespace,
 )
 from autoscaler.core.fit import can_run_on
@@ -44,6 +45,8 @@ class ComponentState:
     observation: ComponentObservation | None  # None when the gang shape is unreadable
     leader_pods: Mapping[str, int]  # ready gangs' leader pod name -> group index
     balloon_pods: tuple[Obj, ...]  # this LWS's balloon pods as seen
+    # another LWS of the namespace whose pods take this one's balloon pod names, if any
+    balloon_name_clash: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,9 +132,13 @@ def build_state(
             balloons_by_lws.setdefault((namespace(pod), labels(pod)[BALLOON_FOR_LABEL]), []).append(
                 pod
             )
+    lws_list = list(lws_objects)
+    lws_names: dict[str, list[str]] = {}
+    for lws in lws_list:
+        lws_names.setdefault(namespace(lws), []).append(str(meta(lws).get("name", "")))
     components: dict[ComponentKey, ComponentState] = {}
     for key, found in discover(
-        lws_objects,
+        lws_list,
         namespaces=namespaces,
         default_annotations=default_annotations,
         cache=parse_cache,
@@ -167,7 +174,8 @@ def build_state(
                 template=found.template,
             )
             leaders = ready_leader_pods(lws_pods, lws_name=key.lws, gangs=gangs)
-        components[key] = ComponentState(found, observation, leaders, balloons)
+        clash = balloon_name_clash(key.lws, lws_names.get(key.namespace, ()))
+        components[key] = ComponentState(found, observation, leaders, balloons, clash)
     return KubeState(
         taken_at_s=now_s,
         components=components,

@@ -27,7 +27,8 @@ def leader_pod_name(lws: str, group_index: int) -> str:
     return f"{lws}-{group_index}"
 
 
-def _index(text: str) -> int | None:
+def parse_index(text: str) -> int | None:
+    """A group or worker index as LWS writes it in pod names, else None."""
     # LWS formats indexes as plain decimal; "01" or "+1" is some other pod.
     if text.isdigit() and text.isascii() and str(int(text)) == text:
         return int(text)
@@ -50,12 +51,12 @@ class PodNameIndex:
         """
         parts = pod.split("-")
         if len(parts) >= 2:
-            group = _index(parts[-1])
+            group = parse_index(parts[-1])
             lws = "-".join(parts[:-1])
             if group is not None and (namespace, lws) in self._known:
                 return PodIdentity(namespace, lws, group, 0)
         if len(parts) >= 3:
-            group, worker = _index(parts[-2]), _index(parts[-1])
+            group, worker = parse_index(parts[-2]), parse_index(parts[-1])
             lws = "-".join(parts[:-2])
             if (
                 group is not None

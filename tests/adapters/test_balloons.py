@@ -12,6 +12,7 @@ from autoscaler.adapters.balloons import (
     PAUSE_IMAGE,
     PRIORITY_CLASS_NAME,
     balloon_gang_manifests,
+    balloon_name_clash,
     balloons_by_lws,
     plan_balloons,
     shape_digest,
@@ -453,3 +454,21 @@ def test_balloon_pods_meet_the_restricted_pod_security_standard():
         assert context["capabilities"] == {"drop": ["ALL"]}
         assert context.get("privileged") is not True
         assert "ports" not in container
+
+
+@pytest.mark.parametrize(
+    ("others", "clash"),
+    [
+        pytest.param(["llama", "other"], None, id="no-other-lws-named-after-it"),
+        pytest.param(["llama-balloon"], "llama-balloon", id="workers-take-member-names"),
+        pytest.param(["llama-balloon-3"], "llama-balloon-3", id="leaders-take-member-names"),
+        pytest.param(
+            ["llama-balloon-03", "llama-balloon-x", "llama-balloons", "llama-balloon-3-1"],
+            None,
+            id="names-lws-never-gives-a-balloon-pod",
+        ),
+        pytest.param(["xllama-balloon"], None, id="another-prefix"),
+    ],
+)
+def test_lws_whose_pods_are_named_as_balloon_pods(others, clash):
+    assert balloon_name_clash("llama", others) == clash

@@ -556,6 +556,46 @@ async def test_a_refused_balloon_gang_is_a_warning_event_on_its_lws(kube, adapte
     assert len(events(kube, "BalloonWriteFailed")) == 2
 
 
+async def test_balloons_give_way_to_an_lws_whose_pods_take_their_names(kube, adapter):
+    """Balloon pods of `llama-prefill` are named as the workers of an LWS `llama-prefill-balloon`
+    are (`llama-prefill-balloon-0-1`). A balloon there first kept the real worker from being
+    created; there first, the worker made every balloon create fail."""
+    add_gpu_nodes(kube, 8)
+    add_pd(kube)
+    await settle(adapter, kube)
+    plan = GangPlan({PREFILL: component_plan(PREFILL, current=1, desired=1, balloons=1)})
+    await adapter.apply(plan, adapter.snapshot(now_s=time.time()), dry_run=False)
+    assert len(balloon_pods(kube, "llama-prefill")) == 2
+
+    # a plain LWS, not opted in: its pods need the names all the same
+    kube.apply(lws_manifest("llama-prefill-balloon", replicas=1, annotations={}))
+    await settle(adapter, kube)
+    report = await adapter.apply(plan, adapter.snapshot(now_s=time.time()), dry_run=False)
+    applied = report.components[PREFILL]
+    message = (
+        "no balloon gang is made: balloon pods (llama-prefill-balloon-<n>-<member>) would take "
+        "the names of LWS llama-prefill-balloon's pods and keep them from being created; "
+        "rename one of the two LWS"
+    )
+    assert applied.errors == (message,)
+    assert applied.balloons is not None and applied.balloons.created_gangs == ()
+    assert balloon_pods(kube, "llama-prefill") == []
+    (event,) = events(kube, "BalloonNameClash")
+    assert (event["type"], event["message"]) == ("Warning", message)
+    # and the other LWS's worker gets its name
+    await settle(adapter, kube)
+    kube.reconcile()
+    assert [p["metadata"]["name"] for p in lws_pods(kube, "llama-prefill-balloon")] == [
+        "llama-prefill-balloon-0",
+        "llama-prefill-balloon-0-1",
+    ]
+    # the decode component's balloons, named apart, are not concerned
+    decode = GangPlan({DECODE: component_plan(DECODE, current=1, desired=1, balloons=1)})
+    report = await adapter.apply(decode, adapter.snapshot(now_s=time.time()), dry_run=False)
+    assert report.components[DECODE].errors == ()
+    assert len(balloon_pods(kube, "llama-decode")) == 2
+
+
 async def test_a_balloon_create_backoff_starts_short_again_once_nothing_is_asked(kube, adapter):
     add_gpu_nodes(kube, 8)
     add_pd(kube)
