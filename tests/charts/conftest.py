@@ -40,7 +40,7 @@ NON_DEFAULT_VALUES: dict[str, Any] = {
     "tick": "30s",
     "watchStalenessLimit": "2m",
     "namespaces": ["serving", "batch-inference"],
-    "dryRun": True,
+    "dryRun": False,  # a dry-run release is granted no writes and no Lease (test_rbac.py)
     "clusterCanGrow": False,
     "forecastModel": "state_space",
     "buffer": {"minGangs": 1, "maxGangs": 4},

@@ -99,15 +99,15 @@ def test_non_default_values_render_the_optional_objects(chart: helm.Chart) -> No
 
 
 def test_values_that_read_as_numbers_or_break_yaml_render_as_strings(chart: helm.Chart) -> None:
-    """A port given as "8000" rendered as the number 8000, "on" as true, a path with ": "
+    """A port name "on" rendered as true (and "8000" as a number, now refused), a path with ": "
     broke the YAML, and "#" cut it short; a `for` of "0" became an integer the
     PrometheusRule CRD refuses."""
     values = copy.deepcopy(NON_DEFAULT_VALUES)
-    values["vllmPodMonitor"].update(port="8000", path="/metrics: v1 #x")
+    values["vllmPodMonitor"].update(port="on", path="/metrics: v1 #x")
     values["prometheusRule"] = {"enabled": True, "for": {"down": "0"}}
     objects = render_objects(chart, values)
     endpoint = one(objects, "PodMonitor")["spec"]["podMetricsEndpoints"][0]
-    assert (endpoint["port"], endpoint["path"]) == ("8000", "/metrics: v1 #x")
+    assert (endpoint["port"], endpoint["path"]) == ("on", "/metrics: v1 #x")
     rules = one(objects, "PrometheusRule")["spec"]["groups"][0]["rules"]
     assert {r["alert"]: r["for"] for r in rules if "for" in r}["GangAutoscalerDown"] == "0"
 
@@ -139,6 +139,8 @@ def test_default_values_render_pdb_and_balloon_priority_class(chart: helm.Chart)
     assert not {"ServiceMonitor", "PodMonitor"} & {o["kind"] for o in objects}
     pdb = one(objects, "PodDisruptionBudget")
     assert pdb["spec"]["minAvailable"] == 1
+    # a replica that is not Ready serves nothing: a drain evicts it even with the budget short
+    assert pdb["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
     priority = one(objects, "PriorityClass")
     assert priority["metadata"]["name"] == "gang-autoscaler-balloon"  # contract with the service
     assert priority["value"] == -5
@@ -354,7 +356,7 @@ def test_dashboards_configmap_carries_the_repository_dashboards(
 
 
 def test_notes_tell_how_to_opt_in(chart: helm.Chart) -> None:
-    notes = render_notes(chart, NON_DEFAULT_VALUES)
+    notes = render_notes(chart, {**NON_DEFAULT_VALUES, "dryRun": True})
     assert 'gang-autoscaler.io/enabled="true"' in notes
     assert "gang-autoscaler.io/component=prefill" in notes
     assert "DRY RUN" in notes
@@ -362,6 +364,9 @@ def test_notes_tell_how_to_opt_in(chart: helm.Chart) -> None:
     assert "serving, batch-inference" in notes
     default_notes = render_notes(chart, None)
     assert "DRY RUN" not in default_notes and "one leader holds the Lease" in default_notes
+    # by default nothing scrapes the service: the dashboards would stay empty without a word
+    assert "Nothing in this release has Prometheus scrape" in default_notes
+    assert "Nothing in this release has Prometheus scrape" not in notes  # a ServiceMonitor
 
 
 # -- values.schema.json -----------------------------------------------------------------------
@@ -408,6 +413,8 @@ BAD_VALUES = [
     pytest.param(_with("serviceMonitor.interval", "1.5s"), id="scrape-interval-fraction"),
     pytest.param(_with("vllmPodMonitor.interval", "15us"), id="vllm-scrape-interval-unit"),
     pytest.param(_with("vllmPodMonitor.path", "metrics"), id="relative-metrics-path"),
+    pytest.param(_with("vllmPodMonitor.port", "8000"), id="vllm-port-a-number-not-a-name"),
+    pytest.param(_with("vllmPodMonitor.port", "HTTP"), id="vllm-port-not-a-port-name"),
     pytest.param(_with("tickInterval", "15s"), id="unknown-top-level-key"),
     pytest.param(_with("extraEnv", {"HTTPS_PROXY": "http://proxy:3128"}), id="extra-env-a-map"),
     pytest.param(_with("extraEnv", ["HTTPS_PROXY=http://proxy:3128"]), id="extra-env-strings"),
@@ -590,7 +597,10 @@ def test_non_default_values_reach_the_service(
     assert settings.prometheus_url == v["prometheus"]["url"]
     assert settings.tick_s == 30.0
     assert settings.namespaces == ("serving", "batch-inference")
-    assert settings.dry_run is True
+    assert settings.dry_run is False
+    (tmp_path / "dry").mkdir()
+    dry = _settings_from_rendered(render_objects(chart, {"dryRun": True}), tmp_path / "dry")
+    assert dry.dry_run is True
     assert settings.http_port == 9090
     assert settings.log_format == "text"
     assert settings.log_level == "DEBUG"

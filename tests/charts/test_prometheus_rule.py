@@ -29,7 +29,8 @@ from tests.harness.prometheus_server import require_binary
 
 JOB = f"{RELEASE}-gang-autoscaler"  # the Service's name: the job its ServiceMonitor gives
 ENABLED: dict[str, Any] = {
-    "prometheusRule": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}}
+    "prometheusRule": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
+    "serviceMonitor": {"enabled": True},
 }
 ALERTS = {
     "GangAutoscalerDown",
@@ -195,6 +196,19 @@ def test_values_schema_accepts_good_rule_values(chart: helm.Chart) -> None:
     )
 
 
+def test_the_rule_needs_something_to_scrape_the_service(chart: helm.Chart) -> None:
+    """Without a ServiceMonitor or a job of the operator's own, no series of the service
+    exist and GangAutoscalerDown fires for good."""
+    alone = {"prometheusRule": {"enabled": True}}
+    with pytest.raises(
+        helm.HelmError, match=r"set serviceMonitor\.enabled=true, or prometheusRule\.job"
+    ):
+        render_objects(chart, alone)
+    own_job = {"prometheusRule": {"enabled": True, "job": "gang-autoscaler-pods"}}
+    down = alert_rules(rule_object(chart, own_job))["GangAutoscalerDown"]
+    assert 'job="gang-autoscaler-pods"' in down["expr"]
+
+
 # -- promtool --------------------------------------------------------------------------------
 
 
@@ -271,6 +285,7 @@ class Case:
 A, B = f"{JOB}-7d9c5-a1b2c", f"{JOB}-7d9c5-d3e4f"
 PREFILL = ComponentLabels("serving", "llama", "prefill", "llama-prefill")
 DECODE = ComponentLabels("serving", "llama", "decode", "llama-decode")
+PREFILL_NEXT = ComponentLabels("serving", "llama", "prefill", "llama-prefill-v2")
 BAD_ANNOTATION = "gang-autoscaler.io/max-replicas"
 
 
@@ -346,6 +361,7 @@ PREFILL_ALERT = {
     "component": "prefill",
     "lws": "llama-prefill",
 }
+PREFILL_NEXT_ALERT = {**PREFILL_ALERT, "lws": "llama-prefill-v2"}
 POLICY_ALERT = {"namespace": "serving", "lws": "llama-decode", "annotation": BAD_ANNOTATION}
 
 CASES = [
@@ -509,6 +525,21 @@ CASES = [
         ),
         id="healthy-gangs-placed-within-15m",
     ),
+    pytest.param(
+        Case(
+            "GangAutoscalerPartialGangs",
+            # A DisaggregatedSet rollout: the old and the new LWS of one component both report
+            # `component_info`. One series per LWS on that side refused the match
+            # (many-to-many), and the rule failed when partial gangs are likeliest.
+            [
+                (_component(A, PREFILL, "gang_autoscaler_partial_gangs"), "1x30"),
+                (_component(A, PREFILL, "gang_autoscaler_component_info"), "1x30"),
+                (_component(A, PREFILL_NEXT, "gang_autoscaler_component_info"), "1x30"),
+            ],
+            {"14m": [], "16m": [PREFILL_ALERT, PREFILL_NEXT_ALERT]},
+        ),
+        id="partial-gangs-during-a-rollout-of-two-lws",
+    ),
     # -- errors of one kind for 30m
     pytest.param(
         Case(
@@ -666,10 +697,10 @@ LAST_TICK = f"gang_autoscaler_last_tick_timestamp_seconds{SERVICE_SELECTOR}"
         ),
         pytest.param(
             "GangAutoscalerPartialGangs",
-            "max by (namespace, deployment, component) (",
-            "max by (namespace, deployment, component, pod) (",
-            "partial-gangs-across-a-leader-change",
-            id="partial-per-replica",
+            "group_right",
+            "group_left (lws)",
+            "partial-gangs-during-a-rollout-of-two-lws",
+            id="partial-one-lws-per-component",
         ),
         pytest.param(
             "GangAutoscalerPolicyErrors",

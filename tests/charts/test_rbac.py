@@ -177,6 +177,16 @@ def test_writes_everywhere_without_namespaces(chart: helm.Chart) -> None:
         assert verbs <= scopes[None][key], key
 
 
+@pytest.mark.parametrize("namespaces", [[], ["serving"]], ids=["everywhere", "namespaced"])
+def test_a_dry_run_release_is_granted_reads_only(chart: helm.Chart, namespaces: list) -> None:
+    """A shadow install writes nothing and takes no Lease; the service tests run one under
+    these grants."""
+    scopes = effective_grants(render_objects(chart, {"dryRun": True, "namespaces": namespaces}))
+    assert set(scopes) == {None}
+    for key, verbs in scopes[None].items():
+        assert verbs <= {"get", "list", "watch"}, f"{sorted(verbs)} on {key}"
+
+
 def test_an_existing_service_account_must_be_named(chart: helm.Chart) -> None:
     """Binding the namespace's `default` account would hand these grants to its every pod."""
     values = {"serviceAccount": {"create": False, "name": "", "annotations": {}}}

@@ -15,6 +15,7 @@ from tests.harness.fake_kube.disaggregatedset_controller import (
     reconcile_disaggregatedsets,
     role_lws,
 )
+from tests.harness.helm_chart import render
 from tests.harness.shared_data import shared_data_path
 from tests.service.conftest import Live
 from tests.service.stack import (
@@ -121,7 +122,13 @@ async def test_decisions_explain_every_number(
         await running.close()
 
 
-async def test_dry_run_decides_everything_and_writes_nothing(kube: FakeKube, live: Live) -> None:
+async def test_dry_run_decides_everything_and_writes_nothing(live: Live) -> None:
+    # under what a `dryRun` release grants: reads only, no Lease
+    async with installed_cluster(render({"dryRun": True})) as kube:
+        await _dry_run_decides_everything_and_writes_nothing(kube, live)
+
+
+async def _dry_run_decides_everything_and_writes_nothing(kube: FakeKube, live: Live) -> None:
     ns = "dry"
     kube.add_namespace(ns)
     for manifest in pd_manifests(ns, {}):

@@ -132,6 +132,9 @@ demand queries take rate(...[1m]), which needs two vLLM samples a minute.
 {{- fail (printf "serviceMonitor.scrapeTimeout %q is above serviceMonitor.interval %q; prometheus-operator drops such a ServiceMonitor" .scrapeTimeout .interval) }}
 {{- end }}
 {{- end }}
+{{- if and .Values.prometheusRule.enabled (not .Values.serviceMonitor.enabled) (not .Values.prometheusRule.job) }}
+{{- fail "prometheusRule.enabled: the alerts read the service's own series, and nothing in this release has Prometheus scrape them (GangAutoscalerDown would fire for good); set serviceMonitor.enabled=true, or prometheusRule.job to the job of the scrape config that does" }}
+{{- end }}
 {{- with .Values.vllmPodMonitor }}
 {{- if and .enabled (gt (float64 (include "gang-autoscaler.durationSeconds" .interval)) 30.0) }}
 {{- fail (printf "vllmPodMonitor.interval %q is above 30s: the demand queries' rate(...[1m]) needs two samples a minute" .interval) }}
