@@ -39,6 +39,9 @@ AZURE_1S_COLUMNS = ("t_seconds", "requests")
 AZURE_RAW_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 TRACE_SUFFIXES = ("", ".csv", "_600s.csv", "_1s.csv", ".jsonl")
 TRACES_ENV = "GANG_AUTOSCALER_TRACES"
+# Longest span of arrivals read from a request trace: more is a wrong date, not a workload
+# (one request dated 2099 in an Azure file asked numpy for 18 GiB of per-second counts).
+MAX_SPAN_S = 92 * 86_400.0
 
 # The shared traces by the names the commands document -> their files in the traces
 # directory. Every file there also answers to its short name, the stem without `_600s` or
@@ -218,7 +221,9 @@ def azure_arrival_seconds(stamps: pd.Series, path: Path) -> np.ndarray:
             "per-second columns t_seconds,requests,input_tokens,output_tokens"
         )
     try:
-        arrivals = pd.to_datetime(stamps, format="mixed")
+        # in UTC: times with offsets that change (a daylight-saving switch) are refused
+        # otherwise, with advice for pandas' own callers
+        arrivals = pd.to_datetime(stamps, format="mixed", utc=True)
     except (ValueError, TypeError) as err:  # a string that is no time, or mixed time zones
         raise TraceFormatError(f"{path}: TIMESTAMP: {err}") from err
     if arrivals.isna().any():
@@ -229,7 +234,7 @@ def azure_arrival_seconds(stamps: pd.Series, path: Path) -> np.ndarray:
 
 def _azure_raw(path: Path, *, skiprows: int) -> tuple[Series, float]:
     frame = pd.read_csv(path, usecols=["TIMESTAMP"], skiprows=skiprows)
-    return _per_second(azure_arrival_seconds(frame["TIMESTAMP"], path))
+    return _per_second(azure_arrival_seconds(frame["TIMESTAMP"], path), path)
 
 
 def read_json_lines(path: Path, columns: Sequence[str]) -> pd.DataFrame:
@@ -242,7 +247,7 @@ def read_json_lines(path: Path, columns: Sequence[str]) -> pd.DataFrame:
     try:
         with _open_text(path) as handle:
             for number, line in enumerate(handle, start=1):
-                if not line.strip():
+                if not line.strip() or line.startswith("#"):  # the attribution lines
                     continue
                 lines.append(number)
                 try:
@@ -267,7 +272,7 @@ def _mooncake(path: Path) -> tuple[Series, float]:
     milliseconds = read_json_lines(path, ("timestamp",))["timestamp"].to_numpy(np.float64)
     if not np.isfinite(milliseconds).all() or (milliseconds < 0).any():
         raise TraceFormatError(f"{path}: timestamp values must be milliseconds, finite, >= 0")
-    return _per_second((milliseconds - milliseconds.min()) / 1000.0)
+    return _per_second((milliseconds - milliseconds.min()) / 1000.0, path)
 
 
 def _counts(frame: pd.DataFrame, column: str, path: Path) -> np.ndarray:
@@ -283,8 +288,16 @@ def _counts(frame: pd.DataFrame, column: str, path: Path) -> np.ndarray:
     return np.asarray(values, dtype=np.float64)
 
 
-def _per_second(arrival_s: np.ndarray) -> tuple[Series, float]:
+def _per_second(arrival_s: np.ndarray, path: Path) -> tuple[Series, float]:
     """Requests per second, each whole second (from 0) a value, empty ones included."""
+    span_s = float(arrival_s.max()) if arrival_s.size else 0.0
+    if span_s > MAX_SPAN_S:
+        last = int(arrival_s.argmax())
+        raise TraceFormatError(
+            f"{path}: the requests span {span_s / 86_400:,.4g} days (the latest is request "
+            f"{last + 1}); at most {MAX_SPAN_S / 86_400:.0f} are read, a second at a time "
+            "(a wrong date or time in the trace?)"
+        )
     counts = np.bincount(np.floor(arrival_s).astype(np.int64)).astype(np.float64)
     t = np.arange(counts.size, dtype=np.float64)
     return Series(t + 1.0, counts), 1.0

@@ -25,16 +25,16 @@ from autoscaler.sim.workload import (
     read_servegen_windows,
     scale_requests,
 )
+from forecasting.traces import MAX_SPAN_S
 
 if TYPE_CHECKING:
     from autoscaler.sim.gang_policy import ForecasterFactory
 
 POLICIES = ("gang", "reactive", "static", "oracle")
 PEAK_WINDOW_S = 60.0
-# What one run is sized for: a longer trace or a larger fleet is refused with a message, not
-# met with an allocation of hundreds of GiB (a per-second trace with a gap of 1e12 s) or a
-# run of hours (traffic x1e6 of the built-in trace).
-MAX_SPAN_S = 92 * 86_400.0
+# What one run is sized for: a longer trace (MAX_SPAN_S, as the backtest reads) or a larger
+# fleet is refused with a message, not met with an allocation of hundreds of GiB (a
+# per-second trace with a gap of 1e12 s) or a run of hours (traffic x1e6 of the built-in trace).
 MAX_PEAK_GANGS = 2_000
 DEFAULT_TARGET_WAITING = 4.0
 
