@@ -4,13 +4,15 @@ Traffic with a daily shape often steps up at roughly, not exactly, the same time
 (the ServeGen traces: 1.5-3x steps around 09:00 that land in a different 10-minute window
 from one day to the next). A point forecast smooths such steps away, and capacity ordered
 from it arrives one lead time after the step. The envelope provisions for the step instead:
-the highest demand within `slack_s` of the forecast time of day on each of the last `days`
-days, scaled by today's level against theirs: the mean of the last `level_s` against the
-mean of the same stretch on those days, at most 2x. An hour, not the last window, so one
-dip or one missing window does not drop the envelope just before a step; no lower bound, so
-a day whose traffic has stopped (a holiday, a model retired) does not keep capacity for the
-peaks of the days before. The point is the larger of the model's point and the envelope;
-the upper bound is at least the point.
+the highest of the demand peaks within `slack_s` of the forecast time of day on each of the
+last `days` days, each scaled by today's level against that day's: the mean of the last
+`level_s` against the mean of the same stretch on that day, at most 2x. Scaled day by day, a
+quiet day among them (a holiday, an outage) lowers its own peak's weight instead of raising
+the busiest day's, and growth already in a recent day's peak is not counted twice. An hour,
+not the last window, so one dip or one missing window does not drop the envelope just before
+a step; no lower bound, so a day whose traffic has stopped (a holiday, a model retired) does
+not keep capacity for the peaks of the days before. The point is the larger of the model's
+point and the envelope; the upper bound is at least the point.
 
 This is a planning forecast, not an estimate of the mean: it is biased upwards on purpose,
 and scores worse than `state_space` on accuracy (docs/forecasting.md). It buys SLO
@@ -29,7 +31,7 @@ import numpy as np
 
 from forecasting.state_space import DailyStateSpace
 
-DEFAULT_DAYS = 3
+DEFAULT_DAYS = 4
 DEFAULT_SLACK_S = 600.0
 DEFAULT_LEVEL_S = 3600.0
 MAX_LEVEL_RATIO = 2.0
@@ -82,29 +84,33 @@ class SeasonalEnvelope(DailyStateSpace):
         # (35 minutes missing today before a step raised the point by half on identical
         # days; the step's windows missing on the past days, by up to 2x).
         seen = np.isfinite(recent)
-        peaks, levels, todays = [], [], []
+        raised = []
         for day in range(1, self.days + 1):
             target = last + steps - day * season
-            # only days whose whole window is history (a horizon near a day would reach
-            # into today, already counted by the level ratio)
-            if target - slack >= 0 and target + slack <= last:
-                window = values[target - slack : target + slack + 1]
-                if np.isfinite(window).any():
-                    peaks.append(float(np.nanmax(window)))
             then = last - day * season
-            if then - level + 1 >= 0:  # then `recent` is a whole hour too
-                stretch = values[then - level + 1 : then + 1]
-                both = seen & np.isfinite(stretch)
-                if both.any():
-                    levels.append(float(np.mean(stretch[both])))
-                    todays.append(float(np.mean(recent[both])))
-        if not peaks or not levels:
-            return None
-        now_level, then_level = float(np.mean(todays)), float(np.mean(levels))
-        if then_level <= 0:
-            # idle at this hour on those days: as idle today, their step is today's too;
-            # busier today, as much busier as allowed
-            ratio = 1.0 if now_level <= 0 else MAX_LEVEL_RATIO
-        else:
-            ratio = min(now_level / then_level, MAX_LEVEL_RATIO)
-        return max(peaks) * ratio
+            # only days whose whole window is history (a horizon near a day would reach
+            # into today, already counted by the level ratio), and whose hour before is too
+            # (then `recent` is a whole hour as well)
+            if target - slack < 0 or target + slack > last or then - level + 1 < 0:
+                continue
+            window = values[target - slack : target + slack + 1]
+            stretch = values[then - level + 1 : then + 1]
+            both = seen & np.isfinite(stretch)
+            if not np.isfinite(window).any() or not both.any():
+                continue
+            peak = float(np.nanmax(window))
+            raised.append(
+                peak * _level_ratio(float(np.mean(recent[both])), float(np.mean(stretch[both])))
+            )
+        return max(raised) if raised else None
+
+
+def _level_ratio(now_level: float, then_level: float) -> float:
+    """Today's level over one past day's, at most `MAX_LEVEL_RATIO`. Each day's peak is
+    scaled by its own ratio: the busiest day's peak over the mean level of all the days
+    (a quiet one among them: a holiday, an outage) raised it by up to 2x."""
+    if then_level <= 0:
+        # idle at this hour on that day: as idle today, its step is today's too; busier
+        # today, as much busier as allowed
+        return 1.0 if now_level <= 0 else MAX_LEVEL_RATIO
+    return min(now_level / then_level, MAX_LEVEL_RATIO)

@@ -427,7 +427,7 @@ class RunSettings(BaseSettings):
     forecast_model: str = Field(
         default=PLANNING_MODEL,
         description="The forecaster capacity is planned from: seasonal_envelope (the "
-        "state-space forecast raised to the peak of the last 3 days around the same time of "
+        "state-space forecast raised to the peak of the last 4 days around the same time of "
         "day) or state_space (the most accurate point forecast, cheaper and later on daily "
         "steps); docs/forecasting.md.",
     )

@@ -242,6 +242,19 @@ def test_seasonal_envelope_edges() -> None:
     assert _envelope_of(stepped[: DAY_WINDOWS + 5]) is None
 
 
+@pytest.mark.parametrize("quiet", [1.0, 0.3, 0.0], ids=["no-quiet-day", "day-at-30pc", "day-idle"])
+def test_a_quiet_day_does_not_raise_the_busiest_days_peak(quiet: float) -> None:
+    """Four identical days that step from 100 to 300 half an hour ahead, but yesterday at a
+    fraction of that. The busiest day's peak was scaled by today's level over the mean of
+    every day's: 300 became 391 with yesterday at 30 %, 450 with it idle. Each day's peak is
+    now scaled by its own level."""
+    day = np.full(DAY_WINDOWS, 100.0)
+    day[105:] = 300.0
+    values = np.tile(day, 5)[: 4 * DAY_WINDOWS + 102]  # today: 3 windows before the step
+    values[3 * DAY_WINDOWS : 4 * DAY_WINDOWS] *= quiet
+    assert _envelope_of(values, steps=5) == pytest.approx(300.0)
+
+
 def _hour_windows(*, days_back: tuple[int, ...], part: slice) -> list[int]:
     """Indices (from the end) of `part` of the last hour, on the given days back."""
     return [i - d * DAY_WINDOWS for d in days_back for i in range(-6, 0)[part]]
