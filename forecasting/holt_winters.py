@@ -4,7 +4,8 @@ statsmodels' Holt-Winters results cannot be extended with new data, so after the
 module keeps the fitted smoothing weights, the final level and the next day of seasonal
 terms, and runs the additive Holt-Winters recursion itself: O(1) per window. A missing
 window advances the season without correcting the level. Holt-Winters cannot skip missing
-windows during the fit, so gaps are linearly interpolated for the fit only.
+windows during the fit, so gaps between observed windows are linearly interpolated for the
+fit only; the fit ends at the last observed window, and a gap after it advances the season.
 
 The upper bound uses the ETS(A,N,A) forecast variance, sigma^2 * (1 + (h-1) * alpha^2) for
 horizons shorter than a day, with sigma from the one-step in-sample residuals.
@@ -48,10 +49,14 @@ class HoltWinters(GridForecaster):
         observed = self._require_history(values, min_windows=2 * self.season_windows)
         if float(np.ptp(observed)) <= 1e-9 * float(np.max(np.abs(observed))):
             raise FlatSeries(f"all {observed.size} observed windows equal {observed[0]:g}")
-        # Fitted from the first observed window: a leading gap filled with a constant would
-        # be fitted as if it were traffic. Inner gaps are interpolated; the end is kept, so
-        # the forecasts stay aligned with the last window.
-        values = values[int(np.argmax(np.isfinite(values))) :]
+        # Fitted from the first observed window to the last: a gap at either end filled
+        # with a constant would be fitted as if it were traffic (a refit during a three-hour
+        # Prometheus outage forecast 74 for 106). Inner gaps are interpolated; the trailing
+        # gap advances the season afterwards, as missing windows do, so the forecasts stay
+        # aligned with the last window.
+        seen = np.flatnonzero(np.isfinite(values))
+        trailing = values.size - 1 - int(seen[-1])
+        values = values[int(seen[0]) : int(seen[-1]) + 1]
         filled = pd.Series(values).interpolate(limit_direction="both").to_numpy()
         model = ExponentialSmoothing(
             filled, trend=None, seasonal="add", seasonal_periods=self.season_windows
@@ -74,6 +79,7 @@ class HoltWinters(GridForecaster):
             raise FitFailed("Holt-Winters fit gave non-finite parameters")
         self._level = level
         self._season = collections.deque((ahead - level).tolist())
+        self._season.rotate(-trailing)
 
     def _extend_windows(self, windows: Windows) -> None:
         for value in windows.values.tolist():
