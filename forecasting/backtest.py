@@ -115,8 +115,10 @@ def run_backtest(
     steps = max(1, math.ceil(horizon_s / step_s - 1e-9))
     horizon_s = steps * step_s
     if horizon_s > MAX_HORIZON_S:
+        # rounded up to whole steps: a step past 7 days makes any horizon one step
+        what = f"a {horizon_s:g} s horizon" if step_s < horizon_s else f"a {step_s:g} s step"
         raise ForecastingError(
-            f"a {horizon_s:g} s horizon is past the {MAX_HORIZON_S:g} s (7 days) a forecast reaches"
+            f"{what} is past the {MAX_HORIZON_S:g} s (7 days) a forecast reaches"
         )
     train = int(
         (train_s if train_s is not None else min(DEFAULT_TRAIN_S, ends.size * step_s / 2)) // step_s

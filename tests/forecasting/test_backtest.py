@@ -510,3 +510,15 @@ def test_attribution_lines_before_json_lines_are_skipped(tmp_path: Path) -> None
         '{"timestamp": 1500, "input_length": 1, "output_length": 1}\n'
     )
     assert read_trace(path).series.values.tolist() == [1.0, 1.0]
+
+
+def test_a_step_past_seven_days_is_named_not_the_horizon(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The horizon is rounded up to whole steps: `--step 100000000h` with the default
+    horizon was reported as "a 3.6e+11 s horizon"."""
+    path = tmp_path / "per_second.csv"
+    rows = "".join(f"{i},{1 + i % 3},10,5\n" for i in range(600))
+    path.write_text("t_seconds,requests,input_tokens,output_tokens\n" + rows)
+    assert cli.main(["backtest", "--trace", str(path), "--step", "100000000h"]) == 2
+    assert "a 3.6e+11 s step is past the 604800 s" in capsys.readouterr().err
