@@ -82,18 +82,21 @@ def balloon_pod_name(lws_name: str, gang_index: int, member: int) -> str:
     return f"{lws_name}-balloon-{gang_index}-{member}"
 
 
-def balloon_name_clash(lws_name: str, others: Iterable[str]) -> str | None:
-    """The first LWS among `others` (of the same namespace) whose pods are named as balloon
-    pods of `lws_name` are: `<lws>-balloon`'s worker `<lws>-balloon-<n>-<m>`, and
-    `<lws>-balloon-<n>`'s leaders. Whichever pod comes first takes the name, and the other is
-    refused: a balloon could keep a real pod from being made."""
-    prefix = f"{lws_name}-balloon"
-    for other in sorted(others):
-        if other == prefix or (
-            other.startswith(prefix + "-") and parse_index(other[len(prefix) + 1 :]) is not None
-        ):
-            return other
-    return None
+def balloon_name_clashes(lws_names: Iterable[str]) -> dict[str, str]:
+    """For each LWS name of one namespace whose balloon pods would be named as another LWS's
+    pods are, that other LWS (the first by name): `<lws>-balloon`'s workers and
+    `<lws>-balloon-<n>`'s leaders are named `<lws>-balloon-<n>-<m>`, as the balloon pods of
+    `<lws>` are. Whichever pod comes first takes the name, and the other is refused: a
+    balloon could keep a real pod from being made. One pass over the names."""
+    clashes: dict[str, str] = {}
+    for other in sorted(lws_names):
+        owner, sep, rest = other.rpartition("-balloon")
+        if not sep or not owner:
+            continue
+        if rest and not (rest[0] == "-" and parse_index(rest[1:]) is not None):
+            continue
+        clashes.setdefault(owner, other)
+    return clashes
 
 
 def _quantity(resource: str, amount: int) -> str:

@@ -31,7 +31,7 @@ def gang_statuses(
     lws_name: str,
     pods_per_gang: int,
     spec_gangs: int,
-    takes_replacement: Callable[[str, bool], bool] | None = None,
+    takes_replacement: Callable[[str, Obj], bool] | None = None,
 ) -> tuple[GangStatus, ...]:
     """One `GangStatus` per group index below `spec_gangs`, in index order.
 
@@ -41,9 +41,9 @@ def gang_statuses(
     PENDING with an unknown start (`not_ready_since_s=None`); otherwise a group is not ready
     since the earliest `not_ready_since_s` of its not-ready pods.
 
-    `takes_replacement(node, leader)` says whether a node takes a new leader (or worker) of
-    this gang (None: every node does): a terminating member's room goes to its replacement
-    only there.
+    `takes_replacement(node, pod)` says whether a node takes the pod that replaces a
+    terminating one (None: every node does): the room the pod leaves goes to its
+    replacement only there.
     """
     by_group: dict[int, list[Obj]] = {}
     leaving: dict[int, int] = {}  # terminating pods still on a node, by group
@@ -58,10 +58,7 @@ def gang_statuses(
             # not Ready or tainted against it (cluster-autoscaler's ToBeDeleted, Karpenter's
             # disrupted: drained) keeps that room from everyone
             node = (pod.get("spec") or {}).get("nodeName")
-            if node and (
-                takes_replacement is None
-                or takes_replacement(node, int_label(pod, WORKER_INDEX_LABEL) == 0)
-            ):
+            if node and (takes_replacement is None or takes_replacement(node, pod)):
                 leaving[group] = leaving.get(group, 0) + 1
             continue
         by_group.setdefault(group, []).append(pod)

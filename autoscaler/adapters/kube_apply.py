@@ -426,7 +426,8 @@ class Actuator:
                     f"would take the names of LWS {comp.balloon_name_clash}'s pods and keep them "
                     "from being created; rename one of the two LWS"
                 )
-                scale_errors += (clash,)
+                # a naming problem, not a failed write: an Event on the LWS, not an error
+                # counted every pass
                 if not dry:
                     await self._event(
                         ref, notes, type_=WARNING, reason="BalloonNameClash", message=clash

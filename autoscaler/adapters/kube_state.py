@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 
-from autoscaler.adapters.balloons import balloon_name_clash, shape_digest, whole_balloon_gangs
+from autoscaler.adapters.balloons import balloon_name_clashes, shape_digest, whole_balloon_gangs
 from autoscaler.adapters.capacity import cluster_observation, is_balloon
 from autoscaler.adapters.gang_state import gang_statuses, ready_leader_pods
 from autoscaler.adapters.kube_discovery import DiscoveredComponent, ParseCache, discover
@@ -21,7 +21,9 @@ from autoscaler.adapters.kube_objects import (
     BALLOON_FOR_LABEL,
     LWS_NAME_LABEL,
     PAUSE_IMAGE,
+    WORKER_INDEX_LABEL,
     Obj,
+    int_label,
     labels,
     meta,
     namespace,
@@ -36,7 +38,7 @@ from autoscaler.core.model import (
     Signals,
 )
 from autoscaler.core.policy import Policy, PolicyProblem
-from autoscaler.core.shape import GangShape
+from autoscaler.core.shape import GangShape, pod_shape_from_spec
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +138,7 @@ def build_state(
     lws_names: dict[str, list[str]] = {}
     for lws in lws_list:
         lws_names.setdefault(namespace(lws), []).append(str(meta(lws).get("name", "")))
+    clashes = {ns: balloon_name_clashes(names) for ns, names in lws_names.items()}
     components: dict[ComponentKey, ComponentState] = {}
     for key, found in discover(
         lws_list,
@@ -174,7 +177,7 @@ def build_state(
                 template=found.template,
             )
             leaders = ready_leader_pods(lws_pods, lws_name=key.lws, gangs=gangs)
-        clash = balloon_name_clash(key.lws, lws_names.get(key.namespace, ()))
+        clash = clashes.get(key.namespace, {}).get(key.lws)
         components[key] = ComponentState(found, observation, leaders, balloons, clash)
     return KubeState(
         taken_at_s=now_s,
@@ -185,11 +188,20 @@ def build_state(
 
 def _takes_replacement(
     shape: GangShape, nodes: Mapping[str, NodeCapacity]
-) -> Callable[[str, bool], bool]:
-    """Whether a node takes a new leader (True) or worker of `shape`."""
+) -> Callable[[str, Obj], bool]:
+    """Whether a node takes the pod that replaces `pod`: read from the pod's own spec, which
+    holds what admission added to the template (GKE's GPU toleration, for one), and from
+    the template for its role when the spec cannot be read."""
 
-    def takes(node_name: str, leader: bool) -> bool:
+    def takes(node_name: str, pod: Obj) -> bool:
         node = nodes.get(node_name)
-        return node is not None and can_run_on(shape.leader if leader else shape.worker, node)
+        if node is None:
+            return False
+        try:
+            member = pod_shape_from_spec(pod.get("spec") or {})
+        except (ValueError, TypeError, AttributeError):  # a QuantityError among them
+            leader = int_label(pod, WORKER_INDEX_LABEL) == 0
+            member = shape.leader if leader else shape.worker
+        return can_run_on(member, node)
 
     return takes

@@ -62,8 +62,9 @@ class GangStatus:
     # When the gang was first seen not-ready (oldest pod creation among its not-ready pods),
     # in the caller's clock (seconds). None for a ready gang.
     not_ready_since_s: float | None = None
-    # Members terminating on a node (not counted above): the room they hold goes to the
-    # pods that replace them, so it is neither free nor to be found again.
+    # Members terminating on a node that takes their replacements (not counted above): the
+    # room they hold goes to the pods that replace them, so it is neither free nor to be
+    # found again. On a node that does not (cordoned, drained by taint), it is not counted.
     pods_leaving: int = 0
 
     @property

@@ -12,7 +12,7 @@ from autoscaler.adapters.balloons import (
     PAUSE_IMAGE,
     PRIORITY_CLASS_NAME,
     balloon_gang_manifests,
-    balloon_name_clash,
+    balloon_name_clashes,
     balloons_by_lws,
     plan_balloons,
     shape_digest,
@@ -468,7 +468,17 @@ def test_balloon_pods_meet_the_restricted_pod_security_standard():
             id="names-lws-never-gives-a-balloon-pod",
         ),
         pytest.param(["xllama-balloon"], None, id="another-prefix"),
+        pytest.param(["llama-balloon-2", "llama-balloon"], "llama-balloon", id="first-by-name"),
     ],
 )
 def test_lws_whose_pods_are_named_as_balloon_pods(others, clash):
-    assert balloon_name_clash("llama", others) == clash
+    assert balloon_name_clashes(["llama", *others]).get("llama") == clash
+
+
+def test_name_clashes_are_found_for_every_lws_in_one_pass():
+    names = ["a", "a-balloon", "a-balloon-balloon", "b", "b-balloon-7", "c-balloon-x"]
+    assert balloon_name_clashes(names) == {
+        "a": "a-balloon",
+        "a-balloon": "a-balloon-balloon",
+        "b": "b-balloon-7",
+    }

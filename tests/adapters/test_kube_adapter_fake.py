@@ -577,7 +577,7 @@ async def test_balloons_give_way_to_an_lws_whose_pods_take_their_names(kube, ada
         "the names of LWS llama-prefill-balloon's pods and keep them from being created; "
         "rename one of the two LWS"
     )
-    assert applied.errors == (message,)
+    assert applied.errors == ()  # a naming problem: said on the LWS, not counted as an error
     assert applied.balloons is not None and applied.balloons.created_gangs == ()
     assert balloon_pods(kube, "llama-prefill") == []
     (event,) = events(kube, "BalloonNameClash")

@@ -109,16 +109,16 @@ def test_members_terminating_on_a_node_are_counted_as_leaving():
         lws_name="vllm",
         pods_per_gang=2,
         spec_gangs=2,
-        takes_replacement=lambda node, leader: node == "node-b",
+        takes_replacement=lambda node, pod: node == "node-b",
     )
     assert [g.pods_leaving for g in cordoned] == [0, 0]
-    # asked per role: the node takes workers, not leaders
+    # asked per pod: the node takes workers, not leaders
     workers_only = gang_statuses(
         pods,
         lws_name="vllm",
         pods_per_gang=2,
         spec_gangs=2,
-        takes_replacement=lambda node, leader: not leader,
+        takes_replacement=lambda node, pod: pod["metadata"]["name"].count("-") == 2,
     )
     assert [g.pods_leaving for g in workers_only] == [1, 0]
 
@@ -132,28 +132,28 @@ def _tainted(name: str, key: str) -> dict:
 def test_a_node_being_drained_by_taint_keeps_its_leaving_members_room():
     """cluster-autoscaler and Karpenter drain a node by tainting it, without cordoning it:
     the replacement of a member evicted there must find room elsewhere, so fit must look for
-    it. A node whose taint the template tolerates still takes the replacement."""
+    it. A node whose taint the pod tolerates still takes the replacement: the pod's own
+    tolerations count, which hold what admission added to the template."""
     lws = vllm_lws(name="vllm", annotations={"gang-autoscaler.io/enabled": "true"}, replicas=3)
-    worker = lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]
-    worker["tolerations"] = [{"key": "example.com/maintenance", "operator": "Exists"}]
     nodes = [
         gpu_node("node-a"),
         _tainted("node-b", "ToBeDeletedByClusterAutoscaler"),
         _tainted("node-c", "karpenter.sh/disrupted"),
         _tainted("node-d", "example.com/maintenance"),
     ]
+    tolerating = lws_pod("vllm", 2, 1, node="node-d", terminating=True)
+    tolerating["spec"]["tolerations"] = [{"key": "example.com/maintenance", "operator": "Exists"}]
     pods = [
         lws_pod("vllm", 0, 0, node="node-a", terminating=True),
         lws_pod("vllm", 0, 1, node="node-a"),
         lws_pod("vllm", 1, 0, node="node-b", terminating=True),
         lws_pod("vllm", 1, 1, node="node-c", terminating=True),
-        lws_pod("vllm", 2, 0, node="node-a"),
-        lws_pod("vllm", 2, 1, node="node-d", terminating=True),
+        lws_pod("vllm", 2, 0, node="node-d", terminating=True),  # no toleration of its own
+        tolerating,
     ]
     state = build_state(lws_objects=[lws], pods=pods, nodes=nodes, now_s=0.0)
     observation = state.components[ComponentKey("serving", "vllm")].observation
     assert observation is not None
-    # the workers tolerate node-d's taint: group 2's worker returns there
     assert [g.pods_leaving for g in observation.gangs] == [1, 0, 1]
 
 

@@ -540,6 +540,21 @@ CASES = [
         ),
         id="partial-gangs-during-a-rollout-of-two-lws",
     ),
+    pytest.param(
+        Case(
+            "GangAutoscalerPartialGangs",
+            # Both replicas export the gauges at once (dry-run, where each decides on its
+            # own): one alert, not one per replica, nor a refused match.
+            [
+                (_component(A, PREFILL, "gang_autoscaler_partial_gangs"), "1x30"),
+                (_component(A, PREFILL, "gang_autoscaler_component_info"), "1x30"),
+                (_component(B, PREFILL, "gang_autoscaler_partial_gangs"), "1x30"),
+                (_component(B, PREFILL, "gang_autoscaler_component_info"), "1x30"),
+            ],
+            {"14m": [], "16m": [PREFILL_ALERT]},
+        ),
+        id="partial-gangs-reported-by-both-replicas",
+    ),
     # -- errors of one kind for 30m
     pytest.param(
         Case(
@@ -701,6 +716,13 @@ LAST_TICK = f"gang_autoscaler_last_tick_timestamp_seconds{SERVICE_SELECTOR}"
             "group_left (lws)",
             "partial-gangs-during-a-rollout-of-two-lws",
             id="partial-one-lws-per-component",
+        ),
+        pytest.param(
+            "GangAutoscalerPartialGangs",
+            "max by (namespace, deployment, component) (",
+            "max by (namespace, deployment, component, pod) (",
+            "partial-gangs-reported-by-both-replicas",
+            id="partial-per-replica",
         ),
         pytest.param(
             "GangAutoscalerPolicyErrors",
