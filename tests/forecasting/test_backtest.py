@@ -474,17 +474,22 @@ def test_a_header_only_series_says_it_has_too_few_rows(tmp_path: Path) -> None:
         read_trace(path)
 
 
+def _trace_file(path: Path, *lines: str) -> Path:
+    path.write_text("".join(line + "\n" for line in lines))
+    return path
+
+
 def test_one_request_dated_decades_away_is_refused_not_counted_per_second(
     tmp_path: Path,
 ) -> None:
     """Counted a second at a time, one request dated 2099 among 2023's asked numpy for
     18 GiB."""
-    path = tmp_path / "azure.csv"
-    path.write_text(
-        "TIMESTAMP,ContextTokens,GeneratedTokens\n"
-        "2023-11-16 18:17:03.9799600,10,5\n"
-        "2099-11-16 18:17:04.0000000,10,5\n"
-        "2023-11-16 18:17:05.1000000,10,5\n"
+    path = _trace_file(
+        tmp_path / "azure.csv",
+        "TIMESTAMP,ContextTokens,GeneratedTokens",
+        "2023-11-16 18:17:03.9799600,10,5",
+        "2099-11-16 18:17:04.0000000,10,5",
+        "2023-11-16 18:17:05.1000000,10,5",
     )
     with pytest.raises(TraceFormatError, match=r"span 2.776e\+04 days \(the latest is request 2\)"):
         read_trace(path)
@@ -493,21 +498,21 @@ def test_one_request_dated_decades_away_is_refused_not_counted_per_second(
 def test_azure_times_with_changing_offsets_are_read_in_utc(tmp_path: Path) -> None:
     """Across a daylight-saving switch pandas refused them, with advice for its own callers
     ("Pass utc=True")."""
-    path = tmp_path / "azure.csv"
-    path.write_text(
-        "TIMESTAMP,ContextTokens,GeneratedTokens\n"
-        "2023-10-29 02:59:59.5+02:00,10,5\n"
-        "2023-10-29 02:00:00.5+01:00,10,5\n"
+    path = _trace_file(
+        tmp_path / "azure.csv",
+        "TIMESTAMP,ContextTokens,GeneratedTokens",
+        "2023-10-29 02:59:59.5+02:00,10,5",
+        "2023-10-29 02:00:00.5+01:00,10,5",
     )
     assert read_trace(path).series.values.tolist() == [1.0, 1.0]
 
 
 def test_attribution_lines_before_json_lines_are_skipped(tmp_path: Path) -> None:
-    path = tmp_path / "attributed.jsonl"
-    path.write_text(
-        "# from kvcache-ai/Mooncake, Apache-2.0\n"
-        '{"timestamp": 0, "input_length": 1, "output_length": 1}\n'
-        '{"timestamp": 1500, "input_length": 1, "output_length": 1}\n'
+    path = _trace_file(
+        tmp_path / "attributed.jsonl",
+        "# from kvcache-ai/Mooncake, Apache-2.0",
+        '{"timestamp": 0, "input_length": 1, "output_length": 1}',
+        '{"timestamp": 1500, "input_length": 1, "output_length": 1}',
     )
     assert read_trace(path).series.values.tolist() == [1.0, 1.0]
 
