@@ -189,19 +189,22 @@ def build_state(
 def _takes_replacement(
     shape: GangShape, nodes: Mapping[str, NodeCapacity]
 ) -> Callable[[str, Obj], bool]:
-    """Whether a node takes the pod that replaces `pod`: read from the pod's own spec, which
-    holds what admission added to the template (GKE's GPU toleration, for one), and from
-    the template for its role when the spec cannot be read."""
+    """Whether a node takes the pod that replaces `pod`. The replacement is made from the
+    template (a rolling update's new one, with its node selector and affinity), plus the
+    tolerations admission added to the pod (GKE's GPU toleration, for one), which the
+    template does not hold and the replacement gets again."""
 
     def takes(node_name: str, pod: Obj) -> bool:
         node = nodes.get(node_name)
         if node is None:
             return False
+        member = shape.leader if int_label(pod, WORKER_INDEX_LABEL) == 0 else shape.worker
         try:
-            member = pod_shape_from_spec(pod.get("spec") or {})
+            added = pod_shape_from_spec(pod.get("spec") or {}).tolerations
+            return can_run_on(
+                dataclasses.replace(member, tolerations=member.tolerations + added), node
+            )
         except (ValueError, TypeError, AttributeError):  # a QuantityError among them
-            leader = int_label(pod, WORKER_INDEX_LABEL) == 0
-            member = shape.leader if leader else shape.worker
-        return can_run_on(member, node)
+            return can_run_on(member, node)
 
     return takes

@@ -157,6 +157,24 @@ def test_a_node_being_drained_by_taint_keeps_its_leaving_members_room():
     assert [g.pods_leaving for g in observation.gangs] == [1, 0, 1]
 
 
+def test_a_rolling_update_places_the_replacement_by_the_new_template():
+    """A pod of the old revision may be on a node the new template no longer selects: its
+    replacement cannot return there, whatever the old pod's own node selector says."""
+    lws = vllm_lws(name="vllm", annotations={"gang-autoscaler.io/enabled": "true"}, replicas=1)
+    for role in ("leaderTemplate", "workerTemplate"):
+        template = lws["spec"]["leaderWorkerTemplate"].get(role)
+        if template is not None:
+            template["spec"]["nodeSelector"] = {"topology.kubernetes.io/zone": "z2"}
+    old = [lws_pod("vllm", 0, w, node="node-a", terminating=True) for w in (0, 1)]
+    for pod in old:
+        pod["spec"]["nodeSelector"] = {"topology.kubernetes.io/zone": "z1"}
+    nodes = [gpu_node("node-a", zone="z1"), gpu_node("node-b", zone="z2")]
+    state = build_state(lws_objects=[lws], pods=old, nodes=nodes, now_s=0.0)
+    observation = state.components[ComponentKey("serving", "vllm")].observation
+    assert observation is not None
+    assert [g.pods_leaving for g in observation.gangs] == [0]
+
+
 def test_groups_above_spec_are_left_out_and_missing_groups_are_pending():
     pods = [lws_pod("vllm", g, w) for g in (0, 2, 3) for w in (0, 1)]
     gangs = gang_statuses(pods, lws_name="vllm", pods_per_gang=2, spec_gangs=3)
