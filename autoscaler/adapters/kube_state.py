@@ -38,7 +38,7 @@ from autoscaler.core.model import (
     Signals,
 )
 from autoscaler.core.policy import Policy, PolicyProblem
-from autoscaler.core.shape import GangShape, pod_shape_from_spec
+from autoscaler.core.shape import GangShape, parse_tolerations
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,11 +200,9 @@ def _takes_replacement(
             return False
         member = shape.leader if int_label(pod, WORKER_INDEX_LABEL) == 0 else shape.worker
         try:
-            added = pod_shape_from_spec(pod.get("spec") or {}).tolerations
-            return can_run_on(
-                dataclasses.replace(member, tolerations=member.tolerations + added), node
-            )
-        except (ValueError, TypeError, AttributeError):  # a QuantityError among them
-            return can_run_on(member, node)
+            added = parse_tolerations((pod.get("spec") or {}).get("tolerations") or ())
+        except (TypeError, AttributeError):  # not a list of objects: the template's alone
+            added = ()
+        return can_run_on(dataclasses.replace(member, tolerations=member.tolerations + added), node)
 
     return takes

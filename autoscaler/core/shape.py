@@ -9,7 +9,7 @@ Must not import: asyncio, aiohttp, kubernetes_asyncio, prometheus_api_client, st
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal, DecimalException
 from typing import Any
@@ -213,6 +213,19 @@ def pod_resources(pod_spec: Mapping[str, Any]) -> tuple[dict[str, int], dict[str
     return requests, limits
 
 
+def parse_tolerations(raw: Iterable[Mapping[str, Any]]) -> tuple[Toleration, ...]:
+    """A pod spec's `tolerations`, as the scheduler reads them."""
+    return tuple(
+        Toleration(
+            key=t.get("key"),
+            operator=t.get("operator", "Equal"),
+            value=t.get("value"),
+            effect=t.get("effect") or None,
+        )
+        for t in raw
+    )
+
+
 def pod_shape_from_spec(pod_spec: Mapping[str, Any]) -> PodShape:
     requests, limits = pod_resources(pod_spec)
     raw_tolerations = tuple(pod_spec.get("tolerations") or ())
@@ -221,15 +234,7 @@ def pod_shape_from_spec(pod_spec: Mapping[str, Any]) -> PodShape:
         requests=requests,
         limits=limits,
         node_selector=dict(pod_spec.get("nodeSelector") or {}),
-        tolerations=tuple(
-            Toleration(
-                key=t.get("key"),
-                operator=t.get("operator", "Equal"),
-                value=t.get("value"),
-                effect=t.get("effect") or None,
-            )
-            for t in raw_tolerations
-        ),
+        tolerations=parse_tolerations(raw_tolerations),
         affinity=dict(affinity) if affinity else None,
         raw_tolerations=raw_tolerations,
         runtime_class_name=pod_spec.get("runtimeClassName") or None,
