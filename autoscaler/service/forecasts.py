@@ -10,6 +10,11 @@ background task outside the tick's deadline. While a component's back-fill runs,
 observations are held back and appended after the back-filled history, so the series never
 goes back in time. Missing demand is recorded as NaN: time moves on, the window stays
 missing, never zero.
+
+One back-fill runs at a time. Its range queries read every pod of the fleet (they have no
+pod filter, so their number does not grow with the components), so components first seen
+while one runs wait and are read together by the next, not one fleet-wide read per tick
+that saw a new LWS.
 """
 
 from __future__ import annotations
@@ -36,11 +41,16 @@ log = logging.getLogger(__name__)
 DEFAULT_STEP_S = 300.0
 DEFAULT_REFIT_INTERVAL_S = 900.0
 BACKFILL_STEP_S = 60.0
-# A back-fill whose every range query failed (Prometheus down at start-up) is tried again
-# every minute for ten minutes; the component forecasts nothing meanwhile, then from live
-# data only if Prometheus never answers.
+# A back-fill whose every range query failed is tried again every minute. While no live
+# demand is read either, Prometheus is down (restarting with the cluster, replaying its WAL
+# for a quarter of an hour) and it is tried until it answers; once live demand is read but
+# the range queries still fail (refused by a query frontend, say) it gives up after ten
+# tries and forecasts from live data only. The component forecasts nothing meanwhile.
 BACKFILL_ATTEMPTS = 10
 BACKFILL_RETRY_S = 60.0
+# Histories fed to their forecasters between two turns of the event loop: 2,000 components'
+# week of history held it for 3 s at once.
+HISTORIES_BETWEEN_YIELDS = 50
 # Past this long without a demand reading, no forecast is given for a component with gangs.
 STALE_DEMAND_S = 3600.0
 # Fits queued on the one fit worker at a time, collected at the next tick. A fit takes about
@@ -112,6 +122,14 @@ class DemandForecasts:
         self._identity: dict[ComponentKey, Hashable] = {}
         self._pending: dict[ComponentKey, list[tuple[float, float]]] = {}
         self._backfill_errors: dict[ComponentKey, str] = {}
+        # components whose back-fill read nothing: every range query failed for good
+        self._no_history: set[ComponentKey] = set()
+        # components first seen while a back-fill ran, for the next one, and when the first
+        # of them was seen (the next back-fill's history ends there, before any held tick)
+        self._queued: dict[ComponentKey, Component] = {}
+        self._queued_end_s: float | None = None
+        self._running: asyncio.Task[None] | None = None
+        self._closing = False
         self._tasks: set[asyncio.Task[None]] = set()
 
     def keep_only(self, identities: Mapping[ComponentKey, Hashable]) -> list[ComponentKey]:
@@ -141,6 +159,8 @@ class DemandForecasts:
         self._known.discard(key)
         self._pending.pop(key, None)
         self._backfill_errors.pop(key, None)
+        self._no_history.discard(key)
+        self._queued.pop(key, None)
         self._fitter.forget(key)
 
     # -- back-fill ------------------------------------------------------------------------
@@ -152,17 +172,39 @@ class DemandForecasts:
         *,
         now_s: float,
     ) -> int:
-        """Back-fill every component not seen before, in the background; returns how many."""
+        """Back-fill every component not seen before, in the background; returns how many.
+        While a back-fill runs, they wait for the next one."""
         new = [(key, kind) for key, kind in components if key not in self._known]
         if not new:
             return 0
-        for key, _ in new:
+        for key, kind in new:
             self._known.add(key)
             self._pending[key] = []
-        task = asyncio.create_task(self._backfill(source, new, end_s=now_s), name="backfill")
+            self._queued[key] = kind
+        if self._queued_end_s is None:
+            self._queued_end_s = now_s
+        if self._running is None:
+            self._start_next(source)
+        return len(new)
+
+    def _start_next(self, source: PrometheusSource) -> None:
+        """Start a back-fill of the queued components (those still waiting for one)."""
+        self._running = None
+        batch = [(key, kind) for key, kind in self._queued.items() if key in self._pending]
+        end_s = self._queued_end_s
+        self._queued = {}
+        self._queued_end_s = None
+        if not batch or end_s is None or self._closing:
+            return
+        task = asyncio.create_task(self._backfill(source, batch, end_s=end_s), name="backfill")
+        self._running = task
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-        return len(new)
+        task.add_done_callback(lambda _: self._start_next(source))
+
+    def _live_demand_read(self, keys: Iterable[ComponentKey]) -> bool:
+        """Whether a tick has read a demand of any of `keys` since its back-fill began."""
+        return any(math.isfinite(v) for key in keys for _, v in self._pending.get(key, ()))
 
     async def _backfill(
         self,
@@ -184,33 +226,54 @@ class DemandForecasts:
                 result = await source.backfill_demand(
                     components, end_s=end_s, days=self._demand_days, step_s=self.backfill_step_s
                 )
-                for attempt in range(1, self.backfill_attempts):
-                    if result.chunks_total == 0 or result.chunks_failed < result.chunks_total:
-                        break
+                attempt = 1
+                while result.chunks_total and result.chunks_failed == result.chunks_total:
+                    ours = list(filter(still_ours, keys))
+                    if not ours:
+                        return
+                    if attempt >= self.backfill_attempts and self._live_demand_read(ours):
+                        break  # Prometheus answers the ticks; it refuses the range queries
                     # Prometheus down (restarted with the service, say): try again while the
                     # live ticks wait in `_pending`, since history cannot be added behind them
-                    for key in filter(still_ours, keys):
+                    for key in ours:
                         self._backfill_errors[key] = (
                             f"all {result.chunks_total} range queries failed; "
-                            f"retrying in {self.backfill_retry_s:g}s (attempt {attempt + 1} "
-                            f"of {self.backfill_attempts})"
+                            f"retrying in {self.backfill_retry_s:g}s (attempt {attempt + 1}; "
+                            f"until Prometheus answers, at most {self.backfill_attempts} once "
+                            "live demand is read)"
                         )
                     log.warning(
-                        "demand back-fill of %d components failed; retrying in %gs",
-                        len(keys),
+                        "demand back-fill of %d components failed (attempt %d): %s; retrying "
+                        "in %gs",
+                        len(ours),
+                        attempt,
+                        result.errors[0] if result.errors else "no answer",
                         self.backfill_retry_s,
                     )
                     await asyncio.sleep(self.backfill_retry_s)
+                    attempt += 1
                     result = await source.backfill_demand(
                         components,
                         end_s=end_s,
                         days=self._demand_days,
                         step_s=self.backfill_step_s,
                     )
+                read_nothing = (
+                    result.chunks_total > 0 and result.chunks_failed == result.chunks_total
+                )
                 for key in filter(still_ours, keys):
                     self._backfill_errors.pop(key, None)
-                for key, history in result.histories.items():
+                for count, (key, history) in enumerate(result.histories.items(), start=1):
+                    if count % HISTORIES_BETWEEN_YIELDS == 0:
+                        await asyncio.sleep(0)  # the ticks, probes and Lease go on meanwhile
                     if not still_ours(key):
+                        continue
+                    if read_nothing:
+                        self._no_history.add(key)
+                        self._backfill_errors[key] = (
+                            f"all {result.chunks_total} range queries failed {attempt} times "
+                            "while live demand was read; forecasting from live data only"
+                        )
                         continue
                     self._observe(key, history.timestamps_s.tolist(), history.values.tolist())
                     seen = history.timestamps_s[np.isfinite(history.values)]
@@ -240,6 +303,7 @@ class DemandForecasts:
                     self._observe(key, [t], [v])
 
     async def close(self) -> None:
+        self._closing = True
         for task in list(self._tasks):
             task.cancel()
         for task in list(self._tasks):
@@ -261,6 +325,15 @@ class DemandForecasts:
         value = math.nan if demand is None else float(demand)
         pending = self._pending.get(key)
         if pending is not None:
+            if (
+                math.isnan(value)
+                and pending
+                and math.isnan(pending[-1][1])
+                and pending[-1][0] // self.step_s == now_s // self.step_s
+            ):
+                # one missing reading marks a window missing: a Prometheus down for a day
+                # holds 288 of them per component, not 5,760
+                return
             pending.append((now_s, value))
             if math.isfinite(value):
                 self._last_demand_s[key] = now_s
@@ -341,7 +414,9 @@ class DemandForecasts:
     def status(self, key: ComponentKey) -> ForecastStatus:
         return ForecastStatus(
             model=self.model,
-            backfilled=key in self._known and key not in self._pending,
+            backfilled=key in self._known
+            and key not in self._pending
+            and key not in self._no_history,
             backfill_error=self._backfill_errors.get(key),
             fits_completed=self._fitter.fits_completed(key),
             last_fit_error=self._fitter.last_fit_error(key),

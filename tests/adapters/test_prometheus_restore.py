@@ -30,6 +30,7 @@ from autoscaler.adapters.prometheus_restore import (
 )
 from autoscaler.adapters.prometheus_source import PrometheusSource
 from autoscaler.core.model import ComponentKey
+from tests.harness.http_stub import serve
 from tests.harness.prometheus_server import PrometheusServer, load_openmetrics
 
 DAY_S = 86_400
@@ -224,8 +225,6 @@ async def test_a_wider_lookup_too_heavy_for_prometheus_returns_what_was_found() 
     good; it now stops there with what was found (here nothing)."""
     from aiohttp import web
 
-    from tests.service.test_service_parts import fake_prometheus
-
     answered: list[str] = []
 
     async def prometheus(request: web.Request) -> web.Response:
@@ -240,7 +239,7 @@ async def test_a_wider_lookup_too_heavy_for_prometheus_returns_what_was_found() 
         return web.json_response({"status": "success", "data": {"resultType": "vector",
                                                                  "result": []}})  # fmt: skip
 
-    async with fake_prometheus(prometheus) as url:
+    async with serve(prometheus) as (url, _):
         source = PrometheusSource(url=url, timeout_s=2.0)
         found = await source.restore_learned_capacity(wanted=WANTED, lookback_s=7 * DAY_S)
         assert found == {}
@@ -254,8 +253,6 @@ async def test_a_wider_lookup_that_meets_an_outage_is_asked_again() -> None:
     asks again a minute later, where a heavy-query refusal ends the lookup."""
     from aiohttp import web
 
-    from tests.service.test_service_parts import fake_prometheus
-
     async def prometheus(request: web.Request) -> web.Response:
         query = (await request.post()).get("query") or request.query.get("query", "")
         if "[86400s]" in str(query):
@@ -263,7 +260,7 @@ async def test_a_wider_lookup_that_meets_an_outage_is_asked_again() -> None:
         return web.json_response({"status": "success", "data": {"resultType": "vector",
                                                                  "result": []}})  # fmt: skip
 
-    async with fake_prometheus(prometheus) as url:
+    async with serve(prometheus) as (url, _):
         source = PrometheusSource(url=url, timeout_s=2.0)
         with pytest.raises(PrometheusUnavailable):
             await source.restore_learned_capacity(wanted=WANTED, lookback_s=7 * DAY_S)

@@ -5,13 +5,12 @@ never answers in time."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -54,6 +53,7 @@ from tests.adapters.kube_fixtures import vllm_lws
 from tests.core.builders import obs, observations, policy
 from tests.harness.fake_kube import FakeKube
 from tests.harness.helm_chart import NAMESPACE as CHART_NAMESPACE
+from tests.harness.http_stub import serve
 from tests.harness.prometheus_server import free_port
 from tests.service.stack import DECODE, pd_manifests, settings_for, start_service, wait_until
 
@@ -271,23 +271,6 @@ def test_decisions_keep_the_last_plan_after_a_tick_that_stopped_before_planning(
     assert decisions_view(good, last_planned=good)["components"]["serving/chat"]["plan_tick"] == 7
 
 
-@contextlib.asynccontextmanager
-async def fake_prometheus(
-    handler: Callable[[web.Request], Awaitable[web.Response]],
-) -> AsyncIterator[str]:
-    """`handler` answering every request on a local port, as a Prometheus; yields its URL."""
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", handler)
-    runner = web.AppRunner(app, shutdown_timeout=0.1)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
-    finally:
-        await runner.cleanup()
-
-
 @pytest.fixture
 async def silent_prometheus() -> AsyncIterator[str]:
     """An HTTP server that accepts Prometheus queries and answers far too late."""
@@ -296,7 +279,7 @@ async def silent_prometheus() -> AsyncIterator[str]:
         await asyncio.sleep(30)
         return web.json_response({"status": "success", "data": {"result": []}})
 
-    async with fake_prometheus(slow) as url:
+    async with serve(slow) as (url, _):
         yield url
 
 
@@ -552,49 +535,6 @@ def test_forecasts_of_components_that_are_gone_or_changed_unit_are_forgotten() -
         assert forecasts.keep_only({kept: ("u1", "prompt"), flipped: ("u3", "generated")}) == []
 
 
-async def test_a_backfill_that_prometheus_refused_is_tried_again() -> None:
-    """Prometheus restarting with the service answers 503 until it is ready: every range
-    query of the back-fill failed, and the week of history was never asked for again."""
-    ready = asyncio.Event()
-    range_queries = 0
-
-    async def prometheus(request: web.Request) -> web.Response:
-        nonlocal range_queries
-        if request.path.endswith("/query_range"):
-            range_queries += 1
-            if not ready.is_set():
-                return web.Response(status=503, text="Service Unavailable")
-        return web.json_response(
-            {"status": "success", "data": {"resultType": "matrix", "result": []}}
-        )
-
-    key = ComponentKey("serving", "llm")
-    async with fake_prometheus(prometheus) as url:
-        source = PrometheusSource(url=url, timeout_s=2)
-        pool = ThreadPoolExecutor(max_workers=1)
-        forecasts = DemandForecasts(executor=pool, backfill_days=2, backfill_retry_s=0.2)
-        try:
-            forecasts.start_backfill(source, [(key, Component.PREFILL)], now_s=time.time())
-            forecasts.record(key, now_s=time.time(), demand=1000.0)  # a live tick waits
-            await wait_until(
-                lambda: "retrying" in (forecasts.status(key).backfill_error or ""),
-                timeout_s=10,
-                what="a failed first back-fill",
-            )
-            assert not forecasts.status(key).backfilled
-            failed_queries = range_queries
-            ready.set()  # Prometheus is back
-            await wait_until(
-                lambda: forecasts.status(key).backfilled, timeout_s=10, what="the back-fill"
-            )
-            assert range_queries > failed_queries
-            assert forecasts.status(key).backfill_error is None
-        finally:
-            await forecasts.close()
-            source.close()
-            pool.shutdown()
-
-
 async def test_back_fills_cannot_take_the_threads_the_tick_queries_need() -> None:
     """Range queries of eight new LWS's back-fills, all slow: the tick's instant queries
     still answer. On the loop's default pool (6 threads on 2 CPUs) they waited behind them."""
@@ -611,7 +551,7 @@ async def test_back_fills_cannot_take_the_threads_the_tick_queries_need() -> Non
         )
 
     keys = [ComponentKey("serving", f"llm-{i}") for i in range(8)]
-    async with fake_prometheus(prometheus) as url:
+    async with serve(prometheus) as (url, _):
         source = PrometheusSource(url=url, timeout_s=60)
         backfills = [
             asyncio.create_task(
