@@ -100,8 +100,15 @@ def _short_gaps(slots: npt.NDArray[np.int64], *, step_s: float) -> npt.NDArray[n
     )
 
 
+# (component, leader pod, grid slots, finite values, holes)
 ChunkPoints = list[
-    tuple[ComponentKey, npt.NDArray[np.int64], npt.NDArray[np.float64], npt.NDArray[np.int64]]
+    tuple[
+        ComponentKey,
+        str,
+        npt.NDArray[np.int64],
+        npt.NDArray[np.float64],
+        npt.NDArray[np.int64],
+    ]
 ]
 
 
@@ -113,8 +120,8 @@ def chunk_points(
     grid: npt.NDArray[np.float64],
     step_s: float,
 ) -> ChunkPoints:
-    """Range-query rows -> (component, grid slots, finite values, holes) of leader pods
-    only. A hole is a slot between two of the series' values, in a gap of at most
+    """Range-query rows -> (component, pod, grid slots, finite values, holes) of leader
+    pods only. A hole is a slot between two of the series' values, in a gap of at most
     `MAX_SKIP_S`: a leader not scraped for a moment. A longer gap is a gang that was gone
     (scaled away and back under the same pod name, a rollout), which the others' sum
     measures rightly."""
@@ -131,7 +138,8 @@ def chunk_points(
         slots = np.rint((pairs[:, 0] - grid[0]) / step_s).astype(np.int64)
         ok = np.isfinite(pairs[:, 1]) & (slots >= 0) & (slots < grid.size)
         present = slots[ok]
-        points.append((key, present, pairs[ok, 1], _short_gaps(present, step_s=step_s)))
+        pod = labels.get("pod", "")
+        points.append((key, pod, present, pairs[ok, 1], _short_gaps(present, step_s=step_s)))
     return points
 
 
@@ -187,6 +195,8 @@ async def backfill_demand(
     seen = {key: np.zeros(grid.size, dtype=bool) for key in wanted}
     skipped = {key: np.zeros(grid.size, dtype=bool) for key in wanted}
     per_chunk = max(1, int(chunk_s // step_s))
+    # each leader's last slot with a value, for a missed scrape across two chunks' edge
+    last_slot: dict[tuple[ComponentKey, str], int] = {}
     errors: list[str] = []
     chunks_total = 0
     for query_name, keys in sorted(by_query.items()):
@@ -211,10 +221,17 @@ async def backfill_demand(
             except PrometheusUnavailable as err:
                 errors.append(str(err))
                 continue
-            for key, slots, values, holes in points:
+            for key, pod, slots, values, holes in points:
                 np.add.at(sums[key], slots, values)
                 seen[key][slots] = True
                 skipped[key][holes] = True
+                if not slots.size:
+                    continue
+                before = last_slot.get((key, pod))
+                first_here = int(slots.min())
+                if before is not None and 0 < (first_here - before - 1) * step_s <= MAX_SKIP_S:
+                    skipped[key][before + 1 : first_here] = True
+                last_slot[(key, pod)] = int(slots.max())
             del points
     if errors:
         log.warning(

@@ -22,9 +22,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from autoscaler.adapters.prometheus_backfill import backfill_demand
 from autoscaler.adapters.prometheus_queries import PrometheusQueries
 from autoscaler.adapters.prometheus_source import PrometheusSource
 from autoscaler.core.model import Component, ComponentKey
+from tests.harness.http_stub import serve
 from tests.harness.prometheus_server import PrometheusServer, load_openmetrics
 from tests.harness.shared_data import shared_data_path
 
@@ -190,8 +192,6 @@ async def test_a_range_query_slower_than_a_tick_query_still_fills_the_history() 
 
     from aiohttp import web
 
-    from tests.service.test_service_parts import fake_prometheus
-
     end_s = 1_800_000_000.0
 
     async def slow_prometheus(request: web.Request) -> web.Response:
@@ -204,7 +204,7 @@ async def test_a_range_query_slower_than_a_tick_query_still_fills_the_history() 
             {"status": "success", "data": {"resultType": "matrix", "result": [row]}}
         )
 
-    async with fake_prometheus(slow_prometheus) as url:
+    async with serve(slow_prometheus) as (url, _):
         source = PrometheusSource(url=url, timeout_s=1.0)
         result = await source.backfill_demand(
             [(PREFILL, Component.PREFILL)], end_s=end_s, days=0.25, step_s=300
@@ -214,14 +214,46 @@ async def test_a_range_query_slower_than_a_tick_query_still_fills_the_history() 
     assert np.nansum(result.histories[PREFILL].values) == 1000
 
 
+async def test_a_partial_answer_of_a_thanos_querier_fails_its_chunk() -> None:
+    """Thanos answers a query some of its stores failed with the rest of the series and a
+    warning, which the client drops: a history of one leader of two, taken as the whole.
+    Asked not to, it refuses the query, and the chunk is missing and counted as failed."""
+    from aiohttp import web
+
+    async def thanos(request: web.Request) -> web.Response:
+        form = await request.post()
+        if (form.get("partial_response") or request.query.get("partial_response")) == "false":
+            return web.json_response(
+                {"status": "error", "errorType": "execution", "error": "store unavailable"},
+                status=422,
+            )
+        start = float(str(form.get("start") or request.query["start"]))
+        row = {"metric": {"namespace": PREFILL.namespace, "pod": "m-small-prefill-0"},
+               "values": [[start + 600, "500"]]}  # fmt: skip
+        return web.json_response(
+            {
+                "status": "success",
+                "warnings": ["store 10.0.0.7:10901 unavailable"],
+                "data": {"resultType": "matrix", "result": [row]},
+            }
+        )
+
+    async with serve(thanos) as (url, _):
+        source = PrometheusSource(url=url, timeout_s=1.0)
+        result = await source.backfill_demand(
+            [(PREFILL, Component.PREFILL)], end_s=1.8e9, days=0.25, step_s=300
+        )
+        source.close()
+    assert (result.chunks_total, result.chunks_failed) == (1, 1)
+    assert np.isnan(result.histories[PREFILL].values).all()
+
+
 async def test_a_tick_during_a_back_fill_counts_only_its_own_queries() -> None:
     """The per-tick query count was the difference of a counter the back-fill's thread also
     raises: a tick during a back-fill counted 7 of a fixed 6."""
     import asyncio
 
     from aiohttp import web
-
-    from tests.service.test_service_parts import fake_prometheus
 
     async def prometheus(request: web.Request) -> web.Response:
         if request.path.endswith("/query_range"):
@@ -232,7 +264,7 @@ async def test_a_tick_during_a_back_fill_counts_only_its_own_queries() -> None:
         return web.json_response({"status": "success",
                                   "data": {"resultType": "vector", "result": []}})  # fmt: skip
 
-    async with fake_prometheus(prometheus) as url:
+    async with serve(prometheus) as (url, _):
         source = PrometheusSource(url=url, timeout_s=5.0)
         backfill = asyncio.create_task(
             source.backfill_demand([(PREFILL, Component.PREFILL)], end_s=1.8e9, days=7)
@@ -286,3 +318,40 @@ async def test_a_step_one_leader_skipped_is_missing_not_the_others_sum(tmp_path:
     alone = history.values[steps(gone.start + 300, gone.stop - 60)]
     assert alone == pytest.approx(500.0, rel=1e-3)  # the gang was gone: the sum is right
     assert not history.timestamps_s.flags.writeable  # one grid, shared by every history
+
+
+@pytest.mark.prometheus
+async def test_a_leader_skipped_across_two_chunks_edge_is_missing_too(tmp_path: Path) -> None:
+    """The same 2-minute miss of one leader, at the edge between two range queries (the
+    back-fill reads 6 hours a query; here 30 minutes): each query saw only its own side of
+    the gap, and the steps read 500, half the load."""
+    end_s = int(time.time()) // WINDOW_S * WINDOW_S - WINDOW_S
+    grid0 = end_s - 119 * 60  # 2 hours of 60 s steps; the chunks' edge after step 29
+    outage = range(grid0 + 29 * 60 - 30, grid0 + 31 * 60 - 30)
+    labels = 'job="vllm",namespace="serving",pod="{}"'
+    lines = ["# TYPE vllm:prompt_tokens counter"]
+    for pod in ("m-small-prefill-0", "m-small-prefill-1"):
+        for at_s in range(grid0 - 600, end_s + 1, SCRAPE_S):
+            if pod.endswith("-1") and at_s in outage:
+                continue
+            total = 500.0 * (at_s - grid0 + 600)
+            lines.append(f"vllm:prompt_tokens_total{{{labels.format(pod)}}} {total:.0f} {at_s}")
+    data_dir = tmp_path / "tsdb"
+    load_openmetrics("\n".join(lines) + "\n# EOF\n", data_dir=data_dir)
+    with PrometheusServer(data_dir=data_dir) as prometheus:
+        source = PrometheusSource(url=prometheus.url, queries=PrometheusQueries())
+        result = await backfill_demand(
+            source.http,
+            source.queries,
+            [(PREFILL, Component.PREFILL)],
+            end_s=end_s,
+            days=7200 / 86400,
+            step_s=60,
+            chunk_s=1800,
+        )
+        source.close()
+    assert result.chunks_total == 4
+    values = result.histories[PREFILL].values
+    assert np.isnan(values[29:31]).all()  # missing, never the other leader's half
+    assert values[:28] == pytest.approx(1000, rel=1e-3)
+    assert values[32:] == pytest.approx(1000, rel=1e-3)
