@@ -23,8 +23,13 @@ def status_of(err: Exception) -> int | None:
 
 
 def describe(err: Exception) -> str:
-    """One line for a failed call: `409 Conflict`, or `no answer (ServerDisconnectedError)`."""
+    """One line for a failed call: `409 Conflict`, or `no answer (ServerDisconnectedError)`.
+    A refusal (4xx) carries the API server's message, which names what to fix (RBAC's
+    "cannot patch resource ... in the namespace ...", a missing namespace)."""
     if isinstance(err, ApiException):
+        status = err.status if isinstance(err.status, int) else 0
+        if 400 <= status < 500 and err.body:
+            return f"{err.status} {err.reason}: {status_message(err.body)}"
         return f"{err.status} {err.reason}"
     detail = str(err)
     return f"no answer ({type(err).__name__}{': ' + detail if detail else ''})"

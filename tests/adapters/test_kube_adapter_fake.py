@@ -510,9 +510,14 @@ async def test_a_refused_scale_write_is_an_error_as_well_as_an_event(kube, adapt
 
     applied = report.components[DECODE]
     assert applied.scale.result is ScaleResult.FAILED
-    assert applied.errors == ("scaling 1 -> 2 gangs failed: 403 Forbidden",)
+    # the API server's message comes through: it names what to fix
+    assert applied.errors == (
+        "scaling 1 -> 2 gangs failed: 403 Forbidden: injected fault: Forbidden",
+    )
     (event,) = events(kube, "ScaleFailed")
-    assert event["message"] == "scaling 1 -> 2 gangs failed: 403 Forbidden"
+    assert (
+        event["message"] == "scaling 1 -> 2 gangs failed: 403 Forbidden: injected fault: Forbidden"
+    )
     assert spec_replicas(kube, "llama-decode") == 1
 
 
@@ -532,7 +537,7 @@ async def test_a_refused_balloon_gang_is_a_warning_event_on_its_lws(kube, adapte
     assert event["involvedObject"]["name"] == "llama-prefill"
     assert event["message"] == (
         "balloon gang writes failed; the buffer is short: "
-        f"create {NS}/llama-prefill-balloon-0-0: 403 Forbidden"
+        f"create {NS}/llama-prefill-balloon-0-0: 403 Forbidden: injected fault: Forbidden"
     )
     # the next pass, within 15 s, tries nothing and says so (a quota that admits part of a
     # gang made every pass create a member, fail the next and delete the first)
@@ -542,7 +547,8 @@ async def test_a_refused_balloon_gang_is_a_warning_event_on_its_lws(kube, adapte
     assert len(kube.requests("POST", "/pods")) == posts
     assert report.components[PREFILL].balloons.failed == (
         "no balloon gang created: the last attempt failed "
-        f"(create {NS}/llama-prefill-balloon-0-0: 403 Forbidden); trying again 15s after it",
+        f"(create {NS}/llama-prefill-balloon-0-0: 403 Forbidden: injected fault: Forbidden); "
+        "trying again 15s after it",
     )
     # past it, the gang is created, and nothing more is said
     writer = adapter.actuator._balloons
