@@ -14,6 +14,16 @@ acquire/renew protocol; this module adds what the service needs around it:
   client-go, not an exception out of the elector: the library catches only error answers.
   Each call is limited to half the renew deadline, so a silent API server cannot hold a
   renewal past the deadline.
+- A leader that reads another holder in the Lease (it was deleted, and a standby created it
+  afresh) stops at once, not at its renew deadline; and an instance whose term follows
+  another holder's acts only once that holder's renew deadline has passed since its record
+  was first read, so the Lease deleted under a leader cannot give two writers.
+- A holder's lease expires after the duration written in the Lease, as in client-go, not
+  the reader's own: replicas rolled out with another `--lease-duration` do not take over
+  early.
+- A Lease that cannot be read or written (its Role missing, `--lease-namespace` naming no
+  namespace) is logged once per distinct cause with the API server's message, counted
+  (`on_error`), and said by `lease_problem` (the service's `/readyz`).
 """
 
 from __future__ import annotations
@@ -35,7 +45,7 @@ from kubernetes_asyncio.leaderelection.leaderelectionrecord import LeaderElectio
 from kubernetes_asyncio.leaderelection.resourcelock.leaselock import LeaseLock
 
 from autoscaler.adapters.kube_client import TimedApi
-from autoscaler.adapters.kube_errors import API_CALL_ERRORS, describe
+from autoscaler.adapters.kube_errors import API_CALL_ERRORS, describe, status_of
 
 log = logging.getLogger(__name__)
 
@@ -48,44 +58,139 @@ def _no_answer(err: Exception) -> ApiException:
 
 
 class _TimedLeaseLock(LeaseLock):
-    """A LeaseLock that remembers when this candidate last wrote the Lease successfully, and
-    counts a call with no answer as a failed one."""
+    """A LeaseLock that remembers when this candidate last wrote the Lease successfully and
+    when another holder's record was first read, counts a call with no answer as a failed
+    one, and says why a call failed once per cause."""
 
     def __init__(
-        self, *args: Any, clock: Callable[[], float], request_timeout_s: float, **kwargs: Any
+        self,
+        *args: Any,
+        clock: Callable[[], float],
+        request_timeout_s: float,
+        on_error: Callable[[], None] | None = None,
+        **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
         self.api_instance = cast(
             client.CoordinationV1Api, TimedApi(self.api_instance, timeout_s=request_timeout_s)
         )
         self._clock = clock
+        self._on_error = on_error
         self.last_write_s: float | None = None
+        # the last answer about the Lease (found, or not there), and the last failure's cause
+        self.last_read_s: float | None = None
+        self.problem: str | None = None
+        # another holder's record as last read, when it was first read, and its duration
+        self._other: tuple[Any, ...] | None = None
+        self.other_seen_s: float | None = None
+        self._other_duration_s = 0.0
 
     async def get(self, name: str, namespace: str) -> tuple[bool, Any]:
         try:
-            return await super().get(name, namespace)  # an error answer comes back as data
+            found, record = await super().get(name, namespace)  # an error comes back as data
         except API_CALL_ERRORS as err:
-            log.warning("reading the leader lease: %s", describe(err))
+            self._failed("reading", err)
             return False, _no_answer(err)
+        if found:
+            self._answered()
+            if isinstance(record, LeaderElectionRecord):
+                self._observe(record)
+        elif isinstance(record, ApiException) and record.status == HTTPStatus.NOT_FOUND:
+            self._answered()  # no Lease yet: the elector creates it
+            self._other = None
+        elif isinstance(record, Exception):
+            self._failed("reading", record)
+        return found, record
+
+    def _observe(self, record: LeaderElectionRecord) -> None:
+        holder = record.holder_identity
+        if not holder:
+            # released: its holder stopped before it let go, so a term may act at once
+            self._other = self.other_seen_s = None
+            return
+        if holder == self.identity:
+            self._other = None
+            return
+        # Another instance holds it: this one is no leader from now on, whatever its last
+        # renewal (the Lease was deleted and recreated by a standby).
+        self.last_write_s = None
+        seen = (holder, record.renew_time, record.lease_duration, record.acquire_time)
+        if seen != self._other:
+            self._other = seen
+            self.other_seen_s = self._clock()
+            try:
+                self._other_duration_s = float(record.lease_duration or 0)
+            except ValueError:
+                self._other_duration_s = 0.0
 
     async def create(
         self, name: str, namespace: str, election_record: LeaderElectionRecord
     ) -> bool:
-        return await self._write(super().create(name, namespace, election_record))
+        body = client.V1Lease(
+            metadata=client.V1ObjectMeta(name=name), spec=self.update_lease(election_record)
+        )
+        return await self._write(
+            "creating", self.api_instance.create_namespaced_lease(namespace, body)
+        )
 
     async def update(self, name: str, namespace: str, updated_record: LeaderElectionRecord) -> bool:
-        return await self._write(super().update(name, namespace, updated_record))
+        # The holder's own duration, as client-go reads it: one rolled out with a longer
+        # `--lease-duration` is still leading when this reader's shorter one has passed.
+        if (
+            self._other is not None
+            and self.other_seen_s is not None
+            and self._clock() - self.other_seen_s < self._other_duration_s
+        ):
+            return False
+        if self.lease_reference is None:
+            return False
+        self.lease_reference.spec = self.update_lease(updated_record, self.lease_reference.spec)
+        return await self._write(
+            "updating",
+            self.api_instance.replace_namespaced_lease(
+                name=name, namespace=namespace, body=self.lease_reference
+            ),
+        )
 
-    async def _write(self, call: Awaitable[bool]) -> bool:
+    async def _write(self, action: str, call: Awaitable[Any]) -> bool:
         started = self._clock()
         try:
-            ok = await call
-        except API_CALL_ERRORS as err:
-            log.warning("writing the leader lease: %s", describe(err))
+            await call
+        except ApiException as err:
+            if err.status == HTTPStatus.CONFLICT:
+                # another candidate wrote it first (a takeover race): a lost try, no fault
+                self._answered()
+                log.info("%s the leader lease: another instance wrote it first", action)
+                return False
+            self._failed(action, err)
             return False
-        if ok:
-            self.last_write_s = started
-        return ok
+        except API_CALL_ERRORS as err:
+            self._failed(action, err)
+            return False
+        self._answered()
+        self.last_write_s = started
+        return True
+
+    def _answered(self) -> None:
+        self.last_read_s = self._clock()
+        if self.problem is not None:
+            log.info("the leader lease %s/%s answers again", self.namespace, self.name)
+            self.problem = None
+
+    def _failed(self, action: str, err: Exception) -> None:
+        problem = f"{action} the leader lease {self.namespace}/{self.name}: {describe(err)}"
+        if status_of(err) == HTTPStatus.FORBIDDEN:
+            problem += (
+                " (the service account needs get, create and update on leases in that "
+                "namespace: the chart's Lease Role)"
+            )
+        elif status_of(err) == HTTPStatus.NOT_FOUND:
+            problem += " (does the namespace exist? --lease-namespace)"
+        if self._on_error is not None:
+            self._on_error()
+        if problem != self.problem:
+            log.warning("%s; this instance cannot lead until it can", problem)
+            self.problem = problem
 
 
 class LeaderElector:
@@ -101,8 +206,10 @@ class LeaderElector:
         retry_period_s: int = 2,
         on_started_leading: Callable[[], Awaitable[None]] | None = None,
         on_stopped_leading: Callable[[], Awaitable[None]] | None = None,
+        on_error: Callable[[], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """`on_error` is called for every Lease call that failed (not a lost race)."""
         self.identity = identity
         self._api_client = api_client
         self._clock = clock
@@ -113,6 +220,7 @@ class LeaderElector:
             api_client=api_client,
             clock=clock,
             request_timeout_s=renew_deadline_s / 2,
+            on_error=on_error,
         )
         self._renew_deadline_s = renew_deadline_s
         self._config_args = (lease_duration_s, renew_deadline_s, retry_period_s)
@@ -127,6 +235,7 @@ class LeaderElector:
         self._lead_task: asyncio.Task[Any] | None = None
         self.became_leader = asyncio.Event()
         self.terms = 0  # how many times this instance became leader
+        self._started_s: float | None = None
 
     def _new_config(self) -> electionconfig.Config:
         lease_duration_s, renew_deadline_s, retry_period_s = self._config_args
@@ -142,7 +251,24 @@ class LeaderElector:
     @property
     def is_leader(self) -> bool:
         last = self._lock.last_write_s
-        return self._leading and last is not None and self._clock() - last < self._renew_deadline_s
+        now = self._clock()
+        if not (self._leading and last is not None and now - last < self._renew_deadline_s):
+            return False
+        # A term that follows another holder's record (a Lease deleted under it and created
+        # afresh here) waits out that holder's renew deadline: it stops by then.
+        other_s = self._lock.other_seen_s
+        return other_s is None or now - other_s >= self._renew_deadline_s
+
+    def lease_problem(self, *, limit_s: float) -> str | None:
+        """Why this instance could not lead now: the last failed Lease call's cause, when no
+        Lease call has been answered for `limit_s` (since the start, before any answer)."""
+        if self._started_s is None:
+            return None
+        answered_s = self._lock.last_read_s
+        since_s = self._started_s if answered_s is None else answered_s
+        if self._clock() - since_s <= limit_s:
+            return None
+        return self._lock.problem or f"no answer about the leader lease for over {limit_s:g}s"
 
     async def _lead(self) -> None:
         term = asyncio.current_task()
@@ -190,6 +316,8 @@ class LeaderElector:
             await asyncio.sleep(self._config_args[2])
 
     def start(self) -> None:
+        if self._started_s is None:
+            self._started_s = self._clock()
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name=f"leader-election-{self.identity}")
 

@@ -175,6 +175,7 @@ class Service:
                 lease_duration_s=lease_s,
                 renew_deadline_s=renew_s,
                 retry_period_s=retry_s,
+                on_error=lambda: self.metrics.count_error("lease"),
             )
         self.kube = KubeAdapter(
             api_client,
@@ -376,7 +377,14 @@ class Service:
         failing = {c.name: round(c.failing_for_s(), 3) for c in self.kube.caches}
         stale = self.kube.stale_view()
         role = "dry-run" if self.settings.dry_run else ("leader" if self.is_leader() else "standby")
-        ok = all(synced.values()) and stale is None and not self._stopping
+        # A standby that cannot read the Lease would never take over: not ready, so that a
+        # rollout stops and the probe says why, not only the NoLeader alert once it matters.
+        lease = (
+            None
+            if self.elector is None
+            else self.elector.lease_problem(limit_s=self.settings.watch_staleness_limit_s)
+        )
+        ok = all(synced.values()) and stale is None and lease is None and not self._stopping
         details = {
             "caches_synced": synced,
             "caches_failing_s": failing,
@@ -389,6 +397,8 @@ class Service:
         }
         if stale is not None:
             details["stale"] = stale
+        if lease is not None:
+            details["lease"] = lease
         return Probe(ok, details)
 
     def metrics_exposition(self) -> tuple[bytes, str]:

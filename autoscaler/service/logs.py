@@ -52,3 +52,6 @@ def configure_logging(log_format: str, *, level: int = logging.INFO) -> None:
     root.setLevel(level)
     # The HTTP access log and the client libraries' debug chatter are not decisions.
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    # The elector logs every failed Lease try at ERROR (a traceback for a failed create),
+    # every 2 s; the service's Lease lock says each cause once, with what to fix.
+    logging.getLogger("kubernetes_asyncio.leaderelection").setLevel(logging.CRITICAL)

@@ -193,7 +193,7 @@ class ServiceMetrics:
         )
         self.errors = Counter(
             PREFIX + "errors",
-            "Errors by kind (prometheus, kubernetes, forecast, plan, tick_deadline, ...); "
+            "Errors by kind (prometheus, kubernetes, lease, forecast, plan, tick_deadline, ...); "
             "the component concerned holds.",
             ["kind"],
             registry=r,

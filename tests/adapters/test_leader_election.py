@@ -178,3 +178,143 @@ async def test_a_silent_api_server_cannot_stall_the_release_on_shutdown():
         await asyncio.wait_for(a.stop(release=True), timeout=20)
         assert time.monotonic() - started < LEASE["lease_duration_s"] + 1.0
         assert not a.is_leader
+
+
+# Longer than LEASE, so that the steps below fall clearly inside or outside each limit.
+SLOW_LEASE = dict(lease_duration_s=6, renew_deadline_s=4, retry_period_s=1)
+
+
+async def _leader_and_standby(api_a, api_b, **durations):
+    a = LeaderElector(api_a, identity="a", lease_namespace=NS, **(durations or SLOW_LEASE))
+    b = LeaderElector(api_b, identity="b", lease_namespace=NS, **SLOW_LEASE)
+    a.start()
+    await asyncio.wait_for(a.became_leader.wait(), 5)
+    b.start()
+    await asyncio.sleep(1.5)  # b has read a's record
+    assert a.is_leader and not b.is_leader
+    return a, b
+
+
+async def _renewed(kube: FakeKube, identity: str) -> None:
+    """Until the Lease's record is renewed by `identity` (a fresh renewal to time from)."""
+    lease = kube.object("leases", NS, "gang-autoscaler")
+    assert lease is not None
+    before = lease["spec"]["renewTime"]
+    while True:
+        lease = kube.object("leases", NS, "gang-autoscaler")
+        if lease and lease["spec"]["renewTime"] != before:
+            assert lease["spec"]["holderIdentity"] == identity
+            return
+        await asyncio.sleep(0.02)
+
+
+async def test_a_leader_that_reads_another_holder_stops_at_once():
+    """The Lease deleted (by hand, to force a failover, or by a prune) and created afresh
+    by another instance: the leader read the new holder a second later and still wrote
+    until its renew deadline, 4 s here (8 s with the defaults, both instances patching)."""
+    async with FakeKube.start() as kube, kube.api_client() as api:
+        a = LeaderElector(api, identity="a", lease_namespace=NS, **SLOW_LEASE)
+        a.start()
+        try:
+            await asyncio.wait_for(a.became_leader.wait(), 5)
+            await _renewed(kube, "a")
+            lease = kube.remove("leases", NS, "gang-autoscaler")
+            spec = {**lease["spec"], "holderIdentity": "intruder", "leaseTransitions": 1}
+            kube.apply({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                        "metadata": {"name": "gang-autoscaler", "namespace": NS},
+                        "spec": spec})  # fmt: skip
+            replaced = time.monotonic()
+            while a.is_leader and time.monotonic() - replaced < 5:
+                await asyncio.sleep(0.02)
+            assert time.monotonic() - replaced < 2 * SLOW_LEASE["retry_period_s"]
+        finally:
+            await a.stop(release=False)
+
+
+async def test_a_lease_deleted_under_its_leader_is_taken_only_after_its_deadline():
+    """The standby finds the Lease gone and creates it: it waits until the holder it last
+    read has passed its renew deadline, by which that holder has stopped whatever it
+    read since. Before, it led at once, while the old leader kept writing."""
+    async with FakeKube.start() as kube, kube.api_client() as api_a, kube.api_client() as api_b:
+        a, b = await _leader_and_standby(api_a, api_b)
+        try:
+            await _renewed(kube, "a")
+            await _renewed(kube, "a")  # b has read this record too: it is a's last
+            last_renewal = time.monotonic()
+            await a.stop(release=False)  # a silent old leader (it may still write)
+            kube.remove("leases", NS, "gang-autoscaler")
+            await asyncio.wait_for(b.became_leader.wait(), 5)
+            while not b.is_leader and time.monotonic() - last_renewal < 10:
+                await asyncio.sleep(0.02)
+            assert b.is_leader
+            waited = time.monotonic() - last_renewal
+            assert waited >= SLOW_LEASE["renew_deadline_s"] - SLOW_LEASE["retry_period_s"]
+        finally:
+            await a.stop(release=False)
+            await b.stop(release=False)
+
+
+async def test_a_holder_s_own_lease_duration_decides_when_it_expired():
+    """Mid-rollout of a change to the lease duration: a standby with 3 s took over the
+    Lease of a leader with 6 s after 3 s of silence, while the leader was still inside
+    its 4 s renew deadline. The duration written in the Lease counts, as in client-go."""
+    async with FakeKube.start() as kube, kube.api_client() as api_a, kube.api_client() as api_b:
+        a = LeaderElector(api_a, identity="a", lease_namespace=NS, **SLOW_LEASE)
+        b = LeaderElector(api_b, identity="b", lease_namespace=NS, **LEASE)
+        a.start()
+        await asyncio.wait_for(a.became_leader.wait(), 5)
+        b.start()
+        try:
+            await asyncio.sleep(1.5)
+            await _renewed(kube, "a")
+            last_renewal = time.monotonic()
+            await a.stop(release=False)
+            await asyncio.wait_for(b.became_leader.wait(), 15)
+            waited = time.monotonic() - last_renewal
+            assert waited >= SLOW_LEASE["lease_duration_s"] - LEASE["retry_period_s"]
+        finally:
+            await b.stop(release=False)
+
+
+async def test_a_released_lease_is_led_at_once_by_the_standby_that_read_its_holder():
+    """The release hands over at the standby's next try; the wait after another holder's
+    record (above) does not apply to a holder that let go."""
+    async with FakeKube.start() as kube, kube.api_client() as api_a, kube.api_client() as api_b:
+        a, b = await _leader_and_standby(api_a, api_b)
+        try:
+            released = time.monotonic()
+            await a.stop(release=True)
+            while not b.is_leader and time.monotonic() - released < 10:
+                await asyncio.sleep(0.02)
+            assert b.is_leader
+            assert time.monotonic() - released < 2 * SLOW_LEASE["retry_period_s"] + 0.5
+        finally:
+            await b.stop(release=False)
+
+
+async def test_a_lease_it_may_not_read_is_said_once_counted_and_reported(caplog):
+    """A missing Lease Role: the library logged "Error retrieving resource lock ... as
+    Forbidden" every 2 s, naming neither the namespace nor the permission, and nothing
+    counted it; the instance stayed a standby with a ready probe."""
+    errors = 0
+
+    def count() -> None:
+        nonlocal errors
+        errors += 1
+
+    async with FakeKube.start() as kube, kube.api_client() as api:
+        kube.inject_fault(code=403, method="GET", path_contains="/leases/", times=1000)
+        a = LeaderElector(api, identity="a", lease_namespace=NS, on_error=count, **LEASE)
+        a.start()
+        try:
+            await asyncio.sleep(3.5)
+            assert not a.is_leader and errors >= 3
+            problem = a.lease_problem(limit_s=3)
+            assert problem is not None
+            assert f"reading the leader lease {NS}/gang-autoscaler: 403 Forbidden" in problem
+            assert "get, create and update on leases" in problem
+            said = [r for r in caplog.records if "cannot lead until it can" in r.getMessage()]
+            assert len(said) == 1  # once per cause, not once per try
+            assert a.lease_problem(limit_s=60) is None  # not yet past the limit
+        finally:
+            await a.stop(release=False)

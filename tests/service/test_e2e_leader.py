@@ -195,3 +195,42 @@ async def test_a_lease_lost_and_won_back_between_ticks_is_a_new_term(
         assert decode.scale is not None and decode.scale.result is not ScaleResult.OTHER_WRITER
     finally:
         await alpha.close()
+
+
+async def test_a_standby_that_may_not_read_the_lease_is_not_ready_and_says_why(
+    kube: FakeKube, live: Live
+) -> None:
+    """A Lease Role missing on one replica: it stayed a ready standby that could never take
+    over, its /metrics counted nothing, and only the NoLeader alert noticed, once the other
+    replica had died and nothing scaled any more."""
+    kube.add_namespace(NS)
+    for manifest in pd_manifests(NS, {}):
+        kube.apply(manifest)
+    kube.inject_fault(code=403, method="GET", path_contains="/leases/", times=100_000)
+    running = await start_service(
+        kube,
+        settings_for(live.prometheus.url, watch_staleness_limit="2s"),
+        identity="gamma",
+    )
+    try:
+        await wait_until(
+            lambda: running.service.loop.ticks >= 2, timeout_s=10, what="the first ticks"
+        )
+        status, ready = await running.get("/readyz")
+        if status == 200:  # the limit had not passed yet
+            await wait_until(
+                lambda: running.service.readiness().ok is False, timeout_s=10, what="not ready"
+            )
+            status, ready = await running.get("/readyz")
+        assert status == 503 and ready["role"] == "standby"
+        assert "403 Forbidden" in ready["lease"] and "leases" in ready["lease"]
+        assert (await running.metric("gang_autoscaler_errors_total", kind="lease") or 0) >= 2
+        assert not running.service.is_leader()
+
+        kube.faults.clear()  # the Role is granted: it leads, and is ready
+        await wait_until(running.service.is_leader, timeout_s=10, what="gamma to lead")
+        status, _ = await running.get("/readyz")
+        assert status == 200
+    finally:
+        kube.faults.clear()
+        await running.close()
