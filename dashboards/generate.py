@@ -348,8 +348,8 @@ def deployment_dashboard() -> dict[str, Any]:
             "Events and the logs).",
             [
                 (
-                    "sum by (component, reason) "
-                    f"(rate(gang_autoscaler_decisions_total{{{s}}}[$__rate_interval]))",
+                    "sum by (component, reason) (max without (instance, pod) "
+                    f"(rate(gang_autoscaler_decisions_total{{{s}}}[$__rate_interval])))",
                     "{{component}} {{reason}}",
                 )
             ],
@@ -455,7 +455,9 @@ def controller_dashboard() -> dict[str, Any]:
             "Plans per second by reason, over every component.",
             [
                 (
-                    "sum by (reason) (rate(gang_autoscaler_decisions_total[$__rate_interval]))",
+                    # every replica of a dry-run release plans and counts: one of them
+                    "sum by (reason) (max without (instance, pod) "
+                    "(rate(gang_autoscaler_decisions_total[$__rate_interval])))",
                     "{{reason}}",
                 )
             ],

@@ -342,3 +342,50 @@ def test_a_second_release_stays_out_of_the_selected_ones_panels(
             assert by_component == {"prefill": 2.0, "decode": gangs}
     finally:
         shadow.stop()
+
+
+def test_decisions_of_a_dry_run_release_count_once_however_many_replicas_plan(
+    prometheus_factory: PrometheusFactory,
+    service: ServiceStandIn,
+) -> None:
+    """Every replica of a dry-run release plans and counts its decisions (none leads), and
+    the chart keeps two replicas: the decisions panels summed both, showing twice the rate
+    in the mode meant for judging the autoscaler before it writes."""
+    twin = ServiceStandIn()
+    twin.start()
+    try:
+        prometheus = prometheus_factory(
+            targets=[
+                ScrapeTarget(address=f"127.0.0.1:{s.port}", labels={"job": JOB, "pod": f"ga-{i}"})
+                for i, s in enumerate((service, twin))
+            ]
+        )
+        prometheus.wait_for_series("gang_autoscaler_component_info", count=6)
+        time.sleep(5.0)  # the rate windows fill
+        one = "rate(gang_autoscaler_decisions_total" + (
+            f'{{pod="ga-0",component="prefill"}}[{RATE_INTERVAL}])'
+        )
+        (single,) = prometheus.query(one)
+        per_replica = float(single["value"][1])  # type: ignore[index]
+        assert per_replica > 0
+        panels = [
+            q
+            for path in DASHBOARD_FILES
+            for q in queries(path)
+            if "gang_autoscaler_decisions_total" in q.expr
+        ]
+        assert len(panels) == 2  # per deployment and for the whole controller
+        for panel in panels:
+            result = prometheus.query(substitute(panel.expr, VARIABLES))
+            steady = [
+                float(r["value"][1])  # type: ignore[index]
+                for r in result
+                if r["metric"].get("reason") == "steady"
+                and r["metric"].get("component", "prefill") == "prefill"
+            ]
+            assert steady, (panel.where, result)
+            # the controller panel sums prefill's and decode's: twice one replica's rate
+            limit = per_replica * (1.5 if "component" in panel.expr else 3.0)
+            assert steady[0] < limit, (panel.where, steady, per_replica)
+    finally:
+        twin.stop()
