@@ -12,6 +12,11 @@ a digest of its gang template (a new image, model or parallelism serves differen
 `demand_query`, a fingerprint of the demand query (a capacity in prompt tokens/s means
 nothing to a query that now counts requests). Only series matching all three are restored.
 
+A series also says whether a dry-run instance exported it (`dry_run`): a shadow release
+beside the real one (docs/operators.md) learns from the same pods with its own settings and
+code, and a writing instance restores only what writing instances learned (a dry-run one
+takes either).
+
 Every instance that ever led leaves its own series (scrape labels such as `pod` differ), so
 each lookup asks for every series at once: its last value, and the last value of its
 companion `..._reported_timestamp_seconds` (when that instance last reported it). The most
@@ -81,6 +86,8 @@ class CapacityIdentity:
 # The labels, beyond the component's, that say what a learned value is valid for: the
 # fields of `CapacityIdentity`, named alike.
 IDENTITY_LABELS: tuple[str, ...] = tuple(f.name for f in fields(CapacityIdentity))
+# "true" on a value a dry-run instance learned; absent on series of earlier versions.
+DRY_RUN_LABEL = "dry_run"
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,9 +124,11 @@ def newest_capacities(
     written: Sequence[Mapping[str, Any]],
     *,
     wanted: Mapping[ComponentKey, CapacityIdentity],
+    include_dry_run: bool = False,
 ) -> dict[ComponentKey, RestoredCapacity]:
     """Join the two answers on their label sets; per wanted component, the most recently
-    reported value of a series with its identity.
+    reported value of a series with its identity (and, unless `include_dry_run`, not
+    learned by a dry-run instance).
 
     Raises KeyError, TypeError or ValueError on a malformed answer.
     """
@@ -130,6 +139,8 @@ def newest_capacities(
         at = written_at.get(labels)
         named = dict(labels)
         if at is None or not math.isfinite(value) or value <= 0:
+            continue
+        if named.get(DRY_RUN_LABEL) == "true" and not include_dry_run:
             continue
         key = ComponentKey(named.get("namespace", ""), named.get("lws", ""))
         identity = wanted.get(key)
@@ -148,9 +159,10 @@ def restore_learned_capacity(
     *,
     wanted: Mapping[ComponentKey, CapacityIdentity],
     lookback_s: float,
+    include_dry_run: bool = False,
 ) -> dict[ComponentKey, RestoredCapacity]:
     """The last exported learned capacity of each wanted component within `lookback_s`
-    (blocking: run it in a thread).
+    (blocking: run it in a thread); a dry-run instance's only with `include_dry_run`.
 
     Raises PrometheusUnavailable when the first lookup fails or answers nonsense; when a
     wider one fails, what the narrower ones found is returned.
@@ -161,7 +173,9 @@ def restore_learned_capacity(
         if not missing:
             break
         try:
-            found.update(_lookup(http, wanted=missing, window_s=window_s))
+            found.update(
+                _lookup(http, wanted=missing, window_s=window_s, include_dry_run=include_dry_run)
+            )
         except PrometheusUnavailable as err:
             if attempt == 0 or err.kind not in TOO_HEAVY_KINDS:
                 raise  # Prometheus unreachable or failing: the caller asks again later
@@ -181,7 +195,11 @@ def restore_learned_capacity(
 
 
 def _lookup(
-    http: PrometheusHttp, *, wanted: Mapping[ComponentKey, CapacityIdentity], window_s: float
+    http: PrometheusHttp,
+    *,
+    wanted: Mapping[ComponentKey, CapacityIdentity],
+    window_s: float,
+    include_dry_run: bool,
 ) -> dict[ComponentKey, RestoredCapacity]:
     deadline = time.monotonic() + HISTORY_TIMEOUT_S
     answers = {
@@ -189,7 +207,12 @@ def _lookup(
         for name, query in restore_queries(window_s=window_s).items()
     }
     try:
-        return newest_capacities(answers[VALUES_QUERY], answers[WRITTEN_QUERY], wanted=wanted)
+        return newest_capacities(
+            answers[VALUES_QUERY],
+            answers[WRITTEN_QUERY],
+            wanted=wanted,
+            include_dry_run=include_dry_run,
+        )
     except (KeyError, TypeError, ValueError, IndexError) as err:
         bad = PrometheusUnavailable(VALUES_QUERY, kind="bad_response", detail=repr(err))
         http.report(bad)

@@ -192,12 +192,20 @@ class PrometheusSource:
         return self._fingerprints[component]
 
     async def restore_learned_capacity(
-        self, *, wanted: Mapping[ComponentKey, CapacityIdentity], lookback_s: float
+        self,
+        *,
+        wanted: Mapping[ComponentKey, CapacityIdentity],
+        lookback_s: float,
+        include_dry_run: bool = False,
     ) -> dict[ComponentKey, RestoredCapacity]:
         """Learned capacities a previous instance exported for these components and
         identities (see `prometheus_restore`); raises PrometheusUnavailable."""
         restore = functools.partial(
-            restore_learned_capacity, self.http, wanted=wanted, lookback_s=lookback_s
+            restore_learned_capacity,
+            self.http,
+            wanted=wanted,
+            lookback_s=lookback_s,
+            include_dry_run=include_dry_run,
         )
         return await asyncio.get_running_loop().run_in_executor(self._background, restore)
 

@@ -148,7 +148,7 @@ class Service:
     ) -> None:
         self.settings = settings
         self.identity = identity or default_identity()
-        self.metrics = ServiceMetrics()
+        self.metrics = ServiceMetrics(dry_run=settings.dry_run)
         self._api_client = api_client
         self._clock = clock
         self.shutdown_grace_s = shutdown_grace_s
@@ -206,7 +206,9 @@ class Service:
             replace_executor=self._replace_executor if self._owns_executor else None,
         )
         # The learned capacity is looked up over the same days as the demand history.
-        self.capacity_restore = CapacityRestore(lookback_s=settings.backfill_days * 86_400)
+        self.capacity_restore = CapacityRestore(
+            lookback_s=settings.backfill_days * 86_400, dry_run=settings.dry_run
+        )
         self.loop = ControlLoop(
             kube=self.kube,
             prometheus=self.prometheus,

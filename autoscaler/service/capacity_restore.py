@@ -30,9 +30,15 @@ DEFAULT_RETRY_INTERVAL_S = 60.0
 
 class CapacityRestore:
     def __init__(
-        self, *, lookback_s: float, retry_interval_s: float = DEFAULT_RETRY_INTERVAL_S
+        self,
+        *,
+        lookback_s: float,
+        retry_interval_s: float = DEFAULT_RETRY_INTERVAL_S,
+        dry_run: bool = False,
     ) -> None:
+        """`dry_run`: this instance never writes, and may take what a dry-run one learned."""
         self.lookback_s = lookback_s
+        self.dry_run = dry_run
         self.retry_interval_s = retry_interval_s
         self._asked: dict[ComponentKey, CapacityIdentity] = {}
         self._found: dict[ComponentKey, tuple[CapacityIdentity, RestoredCapacity]] = {}
@@ -78,7 +84,9 @@ class CapacityRestore:
         self, source: PrometheusSource, wanted: dict[ComponentKey, CapacityIdentity]
     ) -> None:
         try:
-            found = await source.restore_learned_capacity(wanted=wanted, lookback_s=self.lookback_s)
+            found = await source.restore_learned_capacity(
+                wanted=wanted, lookback_s=self.lookback_s, include_dry_run=self.dry_run
+            )
         except Exception as err:  # counted by the source; a failed restore only costs time
             for key, identity in wanted.items():
                 if self._asked.get(key) == identity:

@@ -20,6 +20,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Proc
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from autoscaler.adapters.prometheus_restore import (
+    DRY_RUN_LABEL,
     IDENTITY_LABELS,
     LEARNED_CAPACITY_METRIC,
     LEARNED_CAPACITY_REPORTED_METRIC,
@@ -72,7 +73,9 @@ class ServiceMetrics:
     so that only the leader reports per-component state.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, dry_run: bool = False) -> None:
+        """`dry_run`: this instance never writes (its learned capacities say so)."""
+        self.dry_run = dry_run
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         # process_start_time_seconds (a restart loop: the GangAutoscalerRestarting alert),
@@ -142,8 +145,9 @@ class ServiceMetrics:
             registry=r,
         )
         # Labelled with what the value is valid for: a restarted instance reads it back
-        # for the same LWS object and demand query only.
-        learned_labels = [*COMPONENT_LABELS, "lws", *IDENTITY_LABELS]
+        # for the same LWS object and demand query only; and whether a dry-run instance
+        # learned it (a writing one does not take a dry-run shadow's value).
+        learned_labels = [*COMPONENT_LABELS, "lws", *IDENTITY_LABELS, DRY_RUN_LABEL]
         self.learned_capacity_per_gang = Gauge(
             LEARNED_CAPACITY_METRIC,
             "Capacity per gang the component learned from its saturated throughput (absent "
@@ -281,7 +285,12 @@ class ServiceMetrics:
         self, labels: ComponentLabels, *, identity: CapacityIdentity, value: float | None
     ) -> None:
         """The learned capacity per gang and the time of this report; None removes both."""
-        series = (*labels.values(), labels.lws, *identity.label_values())
+        series = (
+            *labels.values(),
+            labels.lws,
+            *identity.label_values(),
+            "true" if self.dry_run else "false",
+        )
         previous = self._learned_series.get(labels)
         if previous is not None and (previous != series or value is None):
             self._forget_learned(labels)

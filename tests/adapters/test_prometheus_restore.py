@@ -61,6 +61,7 @@ class Exported:
     last: float
     uid: str
     query: str = QUERY
+    dry_run: str | None = None  # the label's value; None: a series of an earlier version
 
 
 def openmetrics(series: list[Exported]) -> str:
@@ -71,6 +72,7 @@ def openmetrics(series: list[Exported]) -> str:
             f'component="{s.component}",deployment="llama",instance="{s.pod}:8080",'
             f'job="gang-autoscaler",lws="{s.key.lws}",lws_uid="{s.uid}",'
             f'namespace="{s.key.namespace}",pod="{s.pod}",demand_query="{s.query}"'
+            + ("" if s.dry_run is None else f',dry_run="{s.dry_run}"')
         )
         count = (s.end_s - s.start_s) // SCRAPE_S
         for i in range(count + 1):
@@ -99,7 +101,29 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[History]:
         # the instance that led until two days ago
         Exported(PREFILL, "prefill", "ga-a", now_s - 3 * day, now_s - 2 * day, 30e3, 31e3, "uid-p"),
         # the instance that led since, until half an hour ago
-        Exported(PREFILL, "prefill", "ga-b", now_s - 2 * day, now_s - 1800, 26e3, 24e3, "uid-p"),
+        Exported(
+            PREFILL,
+            "prefill",
+            "ga-b",
+            now_s - 2 * day,
+            now_s - 1800,
+            26e3,
+            24e3,
+            "uid-p",
+            dry_run="false",
+        ),
+        # a dry-run shadow release's, newer (docs/operators.md: a trial beside the real one)
+        Exported(
+            PREFILL,
+            "prefill",
+            "shadow",
+            now_s - hour,
+            now_s - 60,
+            900,
+            900,
+            "uid-p",
+            dry_run="true",
+        ),
         # the newest, but measured with another demand query
         Exported(PREFILL, "prefill", "ga-c", now_s - hour, now_s - 60, 5, 6, "uid-p", OTHER_QUERY),
         Exported(DECODE, "decode", "ga-a", now_s - 6 * day, now_s - 5 * day, 300, 310, "uid-d"),
@@ -135,6 +159,23 @@ async def test_the_newest_export_of_each_lws_comes_back(history: History) -> Non
     assert prefill.written_at_s == history.now_s - 1800
     assert found[DECODE].capacity_per_gang == 310  # not the recreated LWS's 900
     assert not source.stats.errors
+
+
+@pytest.mark.prometheus
+async def test_a_dry_run_shadow_s_export_comes_back_to_dry_run_instances_only(
+    history: History,
+) -> None:
+    """A shadow release in dry-run learns from the same pods with its own settings and
+    code: a restarted writing instance took its value, the newest, as its own."""
+    source = PrometheusSource(url=history.prometheus.url)
+    wanted = {PREFILL: WANTED[PREFILL]}
+    writing = await source.restore_learned_capacity(wanted=wanted, lookback_s=7 * DAY_S)
+    assert writing[PREFILL].capacity_per_gang == 24e3
+    shadow = await source.restore_learned_capacity(
+        wanted=wanted, lookback_s=7 * DAY_S, include_dry_run=True
+    )
+    assert shadow[PREFILL].capacity_per_gang == 900
+    assert shadow[PREFILL].written_at_s == history.now_s - 60
 
 
 @pytest.mark.prometheus

@@ -95,6 +95,7 @@ async def test_a_restart_restores_the_learned_capacity(
             "lws_uid": prefill_lws["metadata"]["uid"],
             "template": template_digest(prefill_lws),
             "demand_query": first.service.prometheus.demand_fingerprint(Component.PREFILL),
+            "dry_run": "false",
         }
         learned = await first.metric("gang_autoscaler_learned_capacity_per_gang", **learned_labels)
         assert learned is not None and learned > 0

@@ -79,10 +79,16 @@ def test_learned_capacity_names_what_it_is_valid_for_and_when_it_was_reported() 
         ("lws_uid", "uid-1"),
         ("template", "9b1c"),
         ("demand_query", "3f2a9c0d1e4b"),
+        ("dry_run", "false"),
     }
     samples = _samples(metrics)
     assert samples[(LEARNED, series)] == 480.0
     assert before <= samples[(REPORTED, series)] <= time.time()
+    # a dry-run instance says so: a writing one does not restore what it learned
+    shadow = ServiceMetrics(dry_run=True)
+    shadow.observe_learned_capacity(DECODE, identity=identity, value=900.0)
+    shadow_series = (series - {("dry_run", "false")}) | {("dry_run", "true")}
+    assert _samples(shadow)[(LEARNED, shadow_series)] == 900.0
 
     # a recreated LWS or a new template: the old series goes, the new one comes
     for recreated in (
