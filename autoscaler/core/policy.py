@@ -92,6 +92,22 @@ def _lead_time(value: float) -> float:
     return value
 
 
+# A deployment name is a metric label value and a Grafana variable value: a quote or a
+# backslash in it broke the dashboards' queries (Grafana escapes only some characters). The
+# names of Kubernetes objects (the default is the LWS name) all fit.
+_DEPLOYMENT_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,251}[A-Za-z0-9])?")
+
+
+def _deployment_name(value: str) -> str:
+    if not _DEPLOYMENT_NAME.fullmatch(value):
+        raise ValueError(
+            f"{value!r} is not a name: letters, digits, '-', '_' and '.', starting and ending "
+            "with a letter or digit, at most 253 characters (it names the deployment in "
+            "metrics and dashboards)"
+        )
+    return value
+
+
 @dataclass(frozen=True, slots=True)
 class RatioBand:
     """Allowed band of prefill gangs per decode gang, e.g. `1:2-1:4` is [0.25, 0.5]."""
@@ -149,10 +165,9 @@ class Policy(BaseModel):
     )
 
     enabled: bool = Field(False, alias="enabled", description='"true" opts the LWS in')
-    deployment: str | None = Field(
+    deployment: Annotated[str, AfterValidator(_deployment_name)] | None = Field(
         None,
         alias="deployment",
-        min_length=1,
         description="components with the same value in one namespace form one deployment; "
         "defaults to the LWS name",
     )

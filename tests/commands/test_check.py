@@ -226,7 +226,7 @@ def test_a_component_whose_deployment_is_in_error_joins_no_deployment(tmp_path, 
     path = manifest(tmp_path, *pd(None, {PREFIX + "deployment": ""}))
     assert main(["check", str(path)]) == 1
     out = capsys.readouterr().out
-    assert "serving/chat-decode: gang-autoscaler.io/deployment: String should have" in out
+    assert "serving/chat-decode: gang-autoscaler.io/deployment: '' is not a name" in out
     # not a deployment of its own, named after the LWS, that lacks a prefill component
     assert "no prefill component" not in out
 

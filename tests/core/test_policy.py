@@ -118,6 +118,12 @@ def test_ratio_band_is_prefill_per_decode():
         ),
         pytest.param({"component": "encoder"}, "component", "prefill", id="bad-component"),
         pytest.param({"forecast": "maybe"}, "forecast", "boolean", id="bad-bool"),
+        # a metric label and a Grafana variable: a quote broke the dashboards' queries
+        pytest.param({"deployment": 'llama "70b"'}, "deployment", "not a name", id="quoted"),
+        pytest.param({"deployment": "a\\b"}, "deployment", "not a name", id="backslash"),
+        pytest.param({"deployment": "team's llama"}, "deployment", "not a name", id="space"),
+        pytest.param({"deployment": "x" * 254}, "deployment", "253", id="too-long"),
+        pytest.param({"deployment": ""}, "deployment", "not a name", id="empty"),
         pytest.param(
             {"min_buffer": "3", "max_buffer": "1"}, "min-buffer", "greater than", id="buffer"
         ),
@@ -257,3 +263,8 @@ def test_surrounding_whitespace_is_stripped_from_every_value():
         360.0,
         False,
     )
+
+
+@pytest.mark.parametrize("name", ["llama", "Llama-3.1_70B", "a", "x" * 253, "team.chat-v2"])
+def test_deployment_names_of_objects_and_labels_are_taken(name):
+    assert parse_policy(annotations(deployment=name), lws_name="llm").deployment == name
