@@ -187,3 +187,15 @@ def test_two_instances_do_not_share_a_registry() -> None:
     assert ("gang_autoscaler_errors_total", frozenset({("kind", "kubernetes")})) not in _samples(
         second
     )
+
+
+def test_counters_and_histograms_export_no_created_series() -> None:
+    """prometheus_client adds a `_created` sample beside every counter and histogram series
+    by default: one line in seven of the exposition, read by nothing."""
+    metrics = ServiceMetrics()
+    _observe(metrics)
+    metrics.count_error("prometheus")
+    metrics.observe_tick(duration_s=0.1, finished_at_s=1.8e9, queries=5)
+    text = metrics.exposition()[0].decode()
+    assert "gang_autoscaler_errors_total" in text
+    assert "_created" not in text
