@@ -114,6 +114,22 @@ def _pod_value(outcome: QueryOutcome, namespace: str, pod: str) -> tuple[float |
     return value, None
 
 
+# A leader whose gauges answer but whose demand does not: at a scrape interval as long as
+# the query's rate() window (Prometheus's default 1m against `[1m]`), the window never holds
+# two samples, and the demand was said to have "no sample" with nothing pointing at why.
+_NO_RATE = (
+    "no demand sample for ready leader {pod} from the {query} query, though it reports "
+    "waiting requests: a rate() needs two samples in its window (a [1m] window reads "
+    "nothing at a 1m scrape interval; make it at least twice the interval in "
+    "prometheus.queries, or scrape the pods more often)"
+)
+
+
+def _reports_gauges(outcomes: Mapping[str, QueryOutcome], namespace: str, pod: str) -> bool:
+    waiting = outcomes.get("waiting")
+    return waiting is not None and waiting.error is None and (namespace, pod) in waiting.values
+
+
 class PrometheusSource:
     """Reads the signal queries once per tick and maps them to components.
 
@@ -360,6 +376,10 @@ class PrometheusSource:
                 if value is None:
                     # A partial sum would understate the load of the whole component.
                     reasons[signal] = reason or "missing"
+                    if signal == "demand" and _reports_gauges(outcomes, namespace, pod):
+                        reasons[signal] = _NO_RATE.format(
+                            pod=f"{namespace}/{pod}", query=query_name
+                        )
                     return None
                 values.append(value)
             total = math.fsum(values)

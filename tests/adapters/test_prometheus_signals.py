@@ -164,6 +164,22 @@ def test_query_error_makes_that_signal_none() -> None:
     assert signals.waiting_requests == 8.0
 
 
+def test_a_demand_rate_with_no_sample_where_the_gauges_answer_points_at_the_window() -> None:
+    """At Prometheus's default 1m scrape interval the default `rate(...[1m])` never holds two
+    samples: every tick said "no sample for ready leader" of a pod whose gauges answered,
+    and demand (the forecast, the learned capacity) was never read."""
+    no_rate = parse_vector(vector({}))
+    signals = source().signals_for(target({0, 1}), outcomes(prefill_demand=no_rate))
+    assert signals.demand is None and signals.waiting_requests == 8.0
+    reason = signals.missing_reasons["demand"]
+    assert "ns/llama-3-70b-0 from the prefill_demand query" in reason
+    assert "rate() needs two samples in its window" in reason
+    # a leader that answers nothing at all is just missing
+    silent = parse_vector(vector({"llama-3-70b-1": "5"}))
+    signals = source().signals_for(target({0, 1}), outcomes(prefill_demand=no_rate, waiting=silent))
+    assert signals.missing_reasons["demand"] == "no sample for ready leader ns/llama-3-70b-0"
+
+
 def test_no_ready_gang_is_missing_not_zero() -> None:
     signals = source().signals_for(target(set()), outcomes())
     assert signals.waiting_requests is None
