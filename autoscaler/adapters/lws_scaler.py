@@ -305,6 +305,13 @@ class LwsScaler:
                 except API_CALL_ERRORS as read_err:
                     detail = f"re-read after 409 failed: {describe(read_err)}"
                     return outcome(ScaleResult.FAILED, detail, conflicts)
+                if fresh.spec_gangs == desired_gangs:
+                    # Already where this write was taking it: an earlier write of ours whose
+                    # answer was lost landed meanwhile (or another writer agrees). Not a
+                    # change to hold for.
+                    self._last_written[key] = desired_gangs
+                    detail = f"already at {desired_gangs} gangs when re-read after a conflict"
+                    return outcome(ScaleResult.UNCHANGED, detail, conflicts)
                 if fresh.spec_gangs != observed_gangs:
                     detail = (
                         f"spec.replicas changed from {observed_gangs} to {fresh.spec_gangs} by "

@@ -981,6 +981,39 @@ async def test_a_manual_scale_is_reported_not_fought(kube, adapter, api):
     assert spec_replicas(kube, "llama-decode") == 4
 
 
+async def test_a_conflict_with_the_count_already_written_is_no_other_writer(kube, api, adapter):
+    """The count this write wants is already there when re-read after its 409 (an earlier
+    write whose answer was lost landed in between): it was taken for another writer's
+    change, held for 10 minutes with a Warning."""
+    add_gpu_nodes(kube, 12)
+    add_pd(kube)
+    await settle(adapter, kube)
+    state = adapter.snapshot(now_s=time.time())  # spec.replicas 1, and its resourceVersion
+    await client.CustomObjectsApi(api).patch_namespaced_custom_object_scale(
+        LWS_GROUP,
+        LWS_VERSION,
+        NS,
+        LWS_PLURAL,
+        "llama-decode",
+        {"spec": {"replicas": 2}},
+        _content_type="application/merge-patch+json",
+    )
+    report = await adapter.apply(
+        GangPlan({DECODE: component_plan(DECODE, current=1, desired=2)}), state, dry_run=False
+    )
+    scale = report.components[DECODE].scale
+    assert (scale.result, scale.conflicts) == (ScaleResult.UNCHANGED, 1)
+    assert events(kube, "AnotherWriter") == []
+    assert spec_replicas(kube, "llama-decode") == 2
+    await settle(adapter, kube)  # not held: the next plan is carried out
+    report = await adapter.apply(
+        GangPlan({DECODE: component_plan(DECODE, current=2, desired=3)}),
+        adapter.snapshot(now_s=time.time()),
+        dry_run=False,
+    )
+    assert report.components[DECODE].scale.result is ScaleResult.SCALED
+
+
 @pytest.mark.parametrize("tick_between", [True, False], ids=["tick-without-it", "between-ticks"])
 async def test_an_lws_deleted_and_made_again_is_scaled_as_a_new_object(kube, adapter, tick_between):
     """A redeploy that deletes the LWS and creates it again (Helm, GitOps replace) starts at
