@@ -61,8 +61,24 @@ def _required_node_affinity(pod: PodShape, labels: Mapping[str, str]) -> bool:
     )
 
 
+def _extended_resource(name: str) -> bool:
+    """Kubernetes' `IsExtendedResourceName`: a domain-prefixed name outside kubernetes.io."""
+    return "/" in name and "kubernetes.io/" not in name and not name.startswith("requests.")
+
+
+def _admission_tolerates(pod: PodShape, key: str | None, effect: str) -> bool:
+    """The toleration the ExtendedResourceToleration admission plugin adds to every pod that
+    requests an extended resource: `<resource>:NoSchedule`, operator Exists. GKE enables it
+    and taints its GPU nodes `nvidia.com/gpu=present:NoSchedule`, and LWS templates carry no
+    such toleration: without it fit found no room on any GPU node there."""
+    if effect != "NoSchedule" or not key or not _extended_resource(key):
+        return False
+    return pod.requests.get(key, 0) > 0 or pod.limits.get(key, 0) > 0
+
+
 def can_run_on(pod: PodShape, node: NodeCapacity) -> bool:
-    """Node selector, required node affinity and NoSchedule/NoExecute taints."""
+    """Node selector, required node affinity and NoSchedule/NoExecute taints (with the
+    tolerations admission adds for extended resources the pod requests)."""
     if not node.schedulable:
         return False
     if any(node.labels.get(k) != v for k, v in pod.node_selector.items()):
@@ -72,7 +88,9 @@ def can_run_on(pod: PodShape, node: NodeCapacity) -> bool:
     for taint in node.taints:
         if taint.effect not in ("NoSchedule", "NoExecute"):
             continue
-        if not any(t.tolerates(taint.key, taint.value, taint.effect) for t in pod.tolerations):
+        if any(t.tolerates(taint.key, taint.value, taint.effect) for t in pod.tolerations):
+            continue
+        if not _admission_tolerates(pod, taint.key, taint.effect):
             return False
     return True
 

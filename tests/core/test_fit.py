@@ -3,12 +3,14 @@ room Pending gangs will take (`allocate_growth`)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from autoscaler.core.decision import plan
 from autoscaler.core.fit import GrowthRequest, Room, Unplaced, allocate_growth, place_gang
 from autoscaler.core.gang_plan import ComponentMemory, Memory
-from autoscaler.core.model import ComponentKey, DeploymentKey, GangStatus
+from autoscaler.core.model import ComponentKey, DeploymentKey, GangStatus, Taint
 from tests.core.builders import exclusive_node, node, obs, observations, policy, shape
 
 # two zones of two 16-GPU nodes; a gang is two 8-GPU pods, and best fit puts both on one node
@@ -129,3 +131,21 @@ def test_a_gang_being_recreated_finds_its_room_where_its_old_pods_leave():
         now=10_000.0,
     )
     assert the_plan.components[component.key].desired_gangs == 3
+
+
+@pytest.mark.parametrize(
+    ("taint", "fits"),
+    [
+        # GKE taints GPU nodes so; its ExtendedResourceToleration admission adds the
+        # toleration to every pod that requests GPUs, and templates carry none
+        pytest.param(Taint("nvidia.com/gpu", "present"), True, id="gke-gpu-taint"),
+        pytest.param(Taint("nvidia.com/gpu", "present", "NoExecute"), False, id="no-execute"),
+        pytest.param(Taint("example.com/fpga", "present"), False, id="resource-not-requested"),
+        pytest.param(Taint("dedicated", "inference"), False, id="not-a-resource"),
+        pytest.param(Taint("kubernetes.io/gpu"), False, id="kubernetes-io-is-native"),
+    ],
+)
+def test_a_taint_named_after_an_extended_resource_the_pod_requests_is_tolerated(taint, fits):
+    tainted = replace(node("gpu", gpus=16), taints=(taint,))
+    start = Room.of((tainted,))
+    assert (place_gang(SHARED, (tainted,), start, namespace="serving") is not None) is fits
