@@ -381,10 +381,14 @@ class Service:
         role = "dry-run" if self.settings.dry_run else ("leader" if self.is_leader() else "standby")
         # A standby that cannot read the Lease would never take over: not ready, so that a
         # rollout stops and the probe says why, not only the NoLeader alert once it matters.
+        # At least a lease duration: a Lease answered every retry period is never late by
+        # the watch limit's short test values.
         lease = (
             None
             if self.elector is None
-            else self.elector.lease_problem(limit_s=self.settings.watch_staleness_limit_s)
+            else self.elector.lease_problem(
+                limit_s=max(self.settings.watch_staleness_limit_s, self.settings.lease_duration_s)
+            )
         )
         ok = all(synced.values()) and stale is None and lease is None and not self._stopping
         details = {

@@ -7,7 +7,8 @@
 - `/readyz`: 200 once the watch caches have synced and the instance is either the leader or
   a standby ready to take over; 503 before that, while a cache has failed to list and watch
   for longer than the watch staleness limit, while no Lease call has been answered for as
-  long (a standby that cannot read the Lease cannot take over), and while shutting down.
+  long or a lease duration (a standby that cannot read the Lease cannot take over), and
+  while shutting down.
 - `/metrics`: the service's own Prometheus metrics.
 - `/decisions`: the last tick's plans with their inputs and reasons (see `decisions_view`).
 """
