@@ -887,3 +887,14 @@ def test_chart_accepts_scrape_settings_prometheus_can_use(
     if service_monitor.get("enabled", True):
         endpoint = one(objects, "ServiceMonitor")["spec"]["endpoints"][0]
         assert endpoint["scrapeTimeout"] == service_monitor.get("scrapeTimeout", "5s")
+
+
+@pytest.mark.parametrize("release", ["1ga", "ga.prod", "Ga"])
+def test_a_release_name_that_makes_no_object_name_is_refused(chart: helm.Chart, release: str):
+    """Helm takes a leading digit, dots and capitals in a release name; the Service named
+    `<release>-gang-autoscaler` was then refused by the API server at install."""
+    with pytest.raises(helm.HelmError) as refused:
+        render_objects(chart, None, release=release)
+    assert f'release name "{release}" does not make valid object names' in str(refused.value)
+    assert "fullnameOverride" in str(refused.value)
+    render_objects(chart, {"fullnameOverride": "ga-prod"}, release=release)

@@ -501,8 +501,28 @@ def test_chart_refuses_what_the_service_would_refuse_at_start(
         "http://prom:65535",
         "https://prom.example/prometheus?x=1",
     ):
-        render_objects(chart, _prometheus(url=url))
+        objects = render_objects(chart, _prometheus(url=url))
         RunSettings(prometheus_url=url)
+        # one string argument: unquoted, "- --prometheus-url=http://prom:" was a YAML mapping
+        # and the API server refused the Deployment
+        (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
+        args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+        assert f"--prometheus-url={url}" in args
+
+
+def test_chart_refuses_an_authorization_header_it_would_keep_in_plain_text(
+    chart: helm.Chart,
+) -> None:
+    """`prometheus.headers` goes into the ConfigMap, which the `view` role reads; an
+    Authorization header there was a token readable by anyone who may view the namespace."""
+    for name in ("Authorization", "authorization"):
+        with pytest.raises(helm.HelmError) as refused:
+            render_objects(chart, _prometheus(headers={name: "Bearer s3cret"}))
+        assert f"prometheus.headers sets {name}, a credential the ConfigMap would hold" in str(
+            refused.value
+        )
+        assert "s3cret" not in str(refused.value)
+    render_objects(chart, _prometheus(headers={"X-Scope-OrgID": "inference"}))
 
 
 def test_chart_refuses_a_basic_auth_user_name_outside_latin_1(chart: helm.Chart) -> None:

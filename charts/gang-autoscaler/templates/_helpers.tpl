@@ -9,6 +9,10 @@
 {{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
 {{- else }}
 {{- $name := default .Chart.Name .Values.nameOverride }}
+{{- /* Helm takes release names Service names refuse (a leading digit, dots) */}}
+{{- if not (regexMatch "^[a-z]([-a-z0-9]*[a-z0-9])?$" .Release.Name) }}
+{{- fail (printf "release name %q does not make valid object names (a lowercase letter first, then letters, digits and '-'); set fullnameOverride" .Release.Name) }}
+{{- end }}
 {{- if contains $name .Release.Name }}
 {{- .Release.Name | trunc 63 | trimSuffix "-" }}
 {{- else }}
@@ -175,6 +179,10 @@ One source per credential, and one Authorization header: the service refuses two
 {{- range $name, $value := $prometheus.headers }}
 {{- if and $authorization (eq (lower $name) "authorization") }}
 {{- fail (printf "prometheus.headers sets %s, and so does %s; use one" $name $authorization) }}
+{{- end }}
+{{- /* values land in the ConfigMap, readable by anyone who may view the namespace */}}
+{{- if eq (lower $name) "authorization" }}
+{{- fail (printf "prometheus.headers sets %s, a credential the ConfigMap would hold in plain text; use prometheus.bearerTokenSecret or prometheus.basicAuth, or extraEnv GANG_AUTOSCALER_PROMETHEUS_HEADERS__Authorization from a Secret (valueFrom.secretKeyRef)" $name) }}
 {{- end }}
 {{- /* header names are case-insensitive: two spellings would go out as one header */}}
 {{- with get $spellings (lower $name) }}
