@@ -109,7 +109,11 @@ def _resources(amounts: Resources) -> dict[str, str]:
 
 
 def _member_spec(
-    pod: PodShape, *, image: str, affinity_term: Mapping[str, Any] | None
+    pod: PodShape,
+    *,
+    image: str,
+    affinity_term: Mapping[str, Any] | None,
+    anti_affinity_term: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     requests, limits = pod.requests, pod.limits
     if pod.runtime_class_name and pod.overhead:
@@ -145,6 +149,10 @@ def _member_spec(
         pod_affinity = affinity.setdefault("podAffinity", {})
         terms = pod_affinity.setdefault("requiredDuringSchedulingIgnoredDuringExecution", [])
         terms.append(dict(affinity_term))
+    if anti_affinity_term is not None:
+        pod_anti = affinity.setdefault("podAntiAffinity", {})
+        terms = pod_anti.setdefault("requiredDuringSchedulingIgnoredDuringExecution", [])
+        terms.append(dict(anti_affinity_term))
     if affinity:
         spec["affinity"] = affinity
     # Only when the template sets them, so that balloons of a template without them keep
@@ -176,6 +184,8 @@ def shape_digest(shape: GangShape, *, image: str) -> str:
     claims = sorted({c for pod in shape.pods for c in pod.resource_claims})
     if claims:  # only then, so other templates keep their digest: balloons made before
         parts.append(claims)  # DRA templates were refused are outdated, and go
+    if shape.topology_key:  # balloon gangs made before they kept out of each other's domain
+        parts.append("one-balloon-gang-per-domain")
 
     text = json.dumps(parts, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
@@ -207,6 +217,23 @@ def balloon_gang_manifests(
         if shape.topology_key
         else None
     )
+    # An exclusive gang needs a domain of its own: two balloon gangs in one domain hold room
+    # for one real gang only. Only balloons are selected, never real pods: an anti-affinity
+    # to real pods would keep them out of the domain of a balloon member on a node the
+    # scheduler does not preempt on.
+    others = (
+        {
+            "labelSelector": {
+                "matchExpressions": [
+                    {"key": BALLOON_FOR_LABEL, "operator": "In", "values": [lws_name]},
+                    {"key": BALLOON_GANG_LABEL, "operator": "NotIn", "values": [str(gang_index)]},
+                ]
+            },
+            "topologyKey": shape.topology_key,
+        }
+        if shape.topology_key
+        else None
+    )
     digest = shape_digest(shape, image=image)
     pods = []
     for member, pod_shape in enumerate(shape.pods):
@@ -234,7 +261,9 @@ def balloon_gang_manifests(
                         }
                     ],
                 },
-                "spec": _member_spec(pod_shape, image=image, affinity_term=term),
+                "spec": _member_spec(
+                    pod_shape, image=image, affinity_term=term, anti_affinity_term=others
+                ),
             }
         )
     return tuple(pods)

@@ -1323,6 +1323,28 @@ def decode_exclusive(kube: FakeKube, *, replicas: int) -> None:
     kube.apply(lws)
 
 
+async def test_two_balloon_gangs_of_an_exclusive_lws_never_share_a_domain(kube, adapter):
+    """A rack of two gangs' nodes took both balloon gangs, and held room for one real gang
+    only: LWS keeps a second group out of a domain the first one runs in. A balloon gang
+    with no free domain left waits Pending (and makes the cluster grow) instead."""
+    for i in range(6):  # r0: gpu-0, gpu-1 (the real gang); r1: gpu-2 to gpu-5
+        kube.add_node(
+            f"gpu-{i}", cpu="190", memory="1500Gi", gpus=8,
+            extended={"ephemeral-storage": "3000Gi"}, labels={RACK: "r0" if i < 2 else "r1"},
+        )  # fmt: skip
+    decode_exclusive(kube, replicas=1)
+    await settle(adapter, kube)
+    plan = GangPlan({DECODE: component_plan(DECODE, current=1, desired=1, balloons=2)})
+    await adapter.apply(plan, adapter.snapshot(now_s=time.time()), dry_run=False)
+    await settle(adapter, kube)
+    nodes = {n["metadata"]["name"]: n["metadata"]["labels"][RACK] for n in kube.objects("nodes")}
+    racks: dict[str, set[str | None]] = {}
+    for pod in balloon_pods(kube, "llama-decode"):
+        gang = pod["metadata"]["labels"]["gang-autoscaler.io/balloon-gang"]
+        racks.setdefault(gang, set()).add(nodes.get(pod["spec"].get("nodeName", "")))
+    assert racks == {"0": {"r1"}, "1": {None}}  # the second has no domain of its own
+
+
 async def test_balloon_gangs_copy_the_lws_shape_and_hold_one_topology_domain(kube, adapter):
     add_gpu_nodes(kube, 6)
     decode_exclusive(kube, replicas=1)
