@@ -57,8 +57,15 @@ from autoscaler.adapters.kube_objects import (
     pod_is_finished,
 )
 from autoscaler.adapters.pod_names import parse_index
+from autoscaler.core.model import NodeCapacity
 from autoscaler.core.partial_gangs import aged_from
-from autoscaler.core.shape import GangShape, PodShape, Resources, subtract_resources
+from autoscaler.core.shape import (
+    GangShape,
+    PodShape,
+    Resources,
+    parse_tolerations,
+    subtract_resources,
+)
 
 log = logging.getLogger(__name__)
 
@@ -305,15 +312,46 @@ def balloons_by_lws(pods: Iterable[Obj]) -> dict[tuple[str, str], list[Obj]]:
     return grouped
 
 
-def _is_whole(members: list[Obj], *, pods_per_gang: int, digest: str) -> bool:
-    """Every member present once, alive, and built from the LWS's current shape."""
+def _is_whole(
+    members: list[Obj], *, pods_per_gang: int, digest: str, stranded: Collection[str] = ()
+) -> bool:
+    """Every member present once, alive, built from the LWS's current shape, and none on a
+    node that no longer takes pods (`stranded`, see `stranded_balloons`)."""
     indexes = [int_label(p, BALLOON_MEMBER_LABEL) for p in members]
     return (
         None not in indexes
         and sorted(i for i in indexes if i is not None) == list(range(pods_per_gang))
         and not any(is_terminating(p) or pod_is_finished(p) for p in members)
         and all(annotations_of(p).get(BALLOON_SHAPE_ANNOTATION) == digest for p in members)
+        and not any(str(meta(p).get("name")) in stranded for p in members)
     )
+
+
+def stranded_balloons(pods: Iterable[Obj], nodes: Mapping[str, NodeCapacity]) -> frozenset[str]:
+    """Names of balloon pods bound to a node that no longer takes new pods: cordoned, not
+    Ready, or tainted since with a NoSchedule or NoExecute taint the pod does not tolerate (a
+    drain, a GPU health check). A real pod could not be placed there by preempting them, so
+    their gang holds nothing: it is replaced elsewhere. Judged by the pod's own tolerations,
+    which admission completed, so a node it was placed on is never judged against it."""
+    stranded: set[str] = set()
+    for pod in pods:
+        node = nodes.get(str((pod.get("spec") or {}).get("nodeName") or ""))
+        if node is None:
+            continue  # Pending, or a node gone (its pods go with it)
+        if not node.schedulable:
+            stranded.add(str(meta(pod).get("name")))
+            continue
+        try:
+            tolerations = parse_tolerations((pod.get("spec") or {}).get("tolerations") or ())
+        except (TypeError, AttributeError):
+            continue
+        for taint in node.taints:
+            if taint.effect not in ("NoSchedule", "NoExecute"):
+                continue
+            if not any(t.tolerates(taint.key, taint.value, taint.effect) for t in tolerations):
+                stranded.add(str(meta(pod).get("name")))
+                break
+    return frozenset(stranded)
 
 
 def _by_gang(pods: Iterable[Obj], *, lws_name: str) -> tuple[dict[int, list[Obj]], list[str]]:
@@ -329,14 +367,19 @@ def _by_gang(pods: Iterable[Obj], *, lws_name: str) -> tuple[dict[int, list[Obj]
 
 
 def whole_balloon_gangs(
-    pods: Iterable[Obj], *, lws_name: str, pods_per_gang: int, digest: str
+    pods: Iterable[Obj],
+    *,
+    lws_name: str,
+    pods_per_gang: int,
+    digest: str,
+    stranded: Collection[str] = (),
 ) -> int:
     """How many complete, current-shape balloon gangs exist for this LWS."""
     gangs, _ = _by_gang(pods, lws_name=lws_name)
     return sum(
         1
         for members in gangs.values()
-        if _is_whole(members, pods_per_gang=pods_per_gang, digest=digest)
+        if _is_whole(members, pods_per_gang=pods_per_gang, digest=digest, stranded=stranded)
     )
 
 
@@ -376,6 +419,7 @@ def plan_balloons(
     now_s: float | None = None,
     split_timeout_s: float | None = None,
     split_seen: Mapping[int, float] | None = None,
+    stranded: Collection[str] = (),
 ) -> BalloonPlan:
     """Decide deletions and creations so that `desired_gangs` whole, current gangs exist.
 
@@ -409,7 +453,7 @@ def plan_balloons(
     whole = [
         g
         for g, members in gangs.items()
-        if _is_whole(members, pods_per_gang=pods_per_gang, digest=digest)
+        if _is_whole(members, pods_per_gang=pods_per_gang, digest=digest, stranded=stranded)
         and not split_too_long(g, members)
     ]
     keep = set(sorted(whole, key=lambda g: (not _placed(gangs[g]), g))[: max(desired_gangs, 0)])

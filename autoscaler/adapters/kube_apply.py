@@ -441,6 +441,7 @@ class Actuator:
             now_s=now_s,
             split_timeout_s=None if found.policy is None else found.policy.gang_timeout_s,
             split_seen=dict(self._balloon_split_seen.get(key, ())),
+            stranded=comp.balloon_stranded,
         )
         self._balloon_split_seen[key] = balloon_plan.split_seen
         if not balloon_plan.create_gangs:

@@ -13,7 +13,12 @@ import dataclasses
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 
-from autoscaler.adapters.balloons import balloon_name_clashes, shape_digest, whole_balloon_gangs
+from autoscaler.adapters.balloons import (
+    balloon_name_clashes,
+    shape_digest,
+    stranded_balloons,
+    whole_balloon_gangs,
+)
 from autoscaler.adapters.capacity import cluster_observation, is_balloon
 from autoscaler.adapters.gang_state import gang_statuses, ready_leader_pods
 from autoscaler.adapters.kube_discovery import DiscoveredComponent, ParseCache, discover
@@ -49,6 +54,8 @@ class ComponentState:
     balloon_pods: tuple[Obj, ...]  # this LWS's balloon pods as seen
     # another LWS of the namespace whose pods take this one's balloon pod names, if any
     balloon_name_clash: str | None = None
+    # balloon pods on nodes that no longer take pods (`balloons.stranded_balloons`)
+    balloon_stranded: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +158,7 @@ def build_state(
     ).items():
         lws_pods = by_lws.get((key.namespace, key.lws), [])
         balloons = tuple(balloons_by_lws.get((key.namespace, key.lws), ()))
+        stranded = stranded_balloons(balloons, nodes_by_name)
         observation = None
         leaders: dict[str, int] = {}
         if found.shape is not None:
@@ -166,6 +174,7 @@ def build_state(
                 lws_name=key.lws,
                 pods_per_gang=found.shape.pods_per_gang,
                 digest=shape_digest(found.shape, image=balloon_image),
+                stranded=stranded,
             )
             observation = ComponentObservation(
                 key=key,
@@ -178,7 +187,7 @@ def build_state(
             )
             leaders = ready_leader_pods(lws_pods, lws_name=key.lws, gangs=gangs)
         clash = clashes.get(key.namespace, {}).get(key.lws)
-        components[key] = ComponentState(found, observation, leaders, balloons, clash)
+        components[key] = ComponentState(found, observation, leaders, balloons, clash, stranded)
     return KubeState(
         taken_at_s=now_s,
         components=components,

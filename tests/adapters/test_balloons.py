@@ -16,8 +16,10 @@ from autoscaler.adapters.balloons import (
     balloons_by_lws,
     plan_balloons,
     shape_digest,
+    stranded_balloons,
 )
 from autoscaler.adapters.kube_errors import BalloonShapeError
+from autoscaler.core.model import NodeCapacity, Taint
 from autoscaler.core.shape import gang_shape_from_lws, parse_quantity, pod_shape_from_spec
 from tests.adapters.kube_fixtures import vllm_lws
 
@@ -484,3 +486,23 @@ def test_name_clashes_are_found_for_every_lws_in_one_pass():
         "a-balloon": "a-balloon-balloon",
         "b": "b-balloon-7",
     }
+
+
+def test_a_balloon_pod_is_stranded_only_by_what_it_does_not_tolerate():
+    """Judged by the pod's own tolerations, which admission completed: on a GKE GPU node
+    (`nvidia.com/gpu=present:NoSchedule`, tolerated by the toleration admission added) a
+    balloon pod is not stranded, or every balloon gang there would be replaced each pass."""
+    gke_node = NodeCapacity(name="gke", free={}, taints=(Taint("nvidia.com/gpu", "present"),))
+    drained = NodeCapacity(name="drained", free={}, taints=(Taint("karpenter.sh/disrupted"),))
+    cordoned = NodeCapacity(name="cordoned", free={}, schedulable=False)
+    nodes = {n.name: n for n in (gke_node, drained, cordoned)}
+    gpu_toleration = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+    def pod(name: str, node: str | None) -> dict[str, object]:
+        return {
+            "metadata": {"name": name},
+            "spec": {"nodeName": node, "tolerations": [gpu_toleration]},
+        }
+
+    pods = [pod("a", "gke"), pod("b", "drained"), pod("c", "cordoned"), pod("d", None)]
+    assert stranded_balloons(pods, nodes) == {"b", "c"}

@@ -1323,6 +1323,54 @@ def decode_exclusive(kube: FakeKube, *, replicas: int) -> None:
     kube.apply(lws)
 
 
+@pytest.mark.parametrize(
+    "node_change",
+    [
+        pytest.param({"spec": {"unschedulable": True}}, id="cordoned"),
+        pytest.param(
+            {"spec": {"taints": [{"key": "nvidia.com/gpu-unhealthy", "effect": "NoSchedule"}]}},
+            id="tainted-by-a-gpu-health-check",
+        ),
+    ],
+)
+async def test_a_balloon_gang_on_a_node_that_stops_taking_pods_is_replaced(
+    kube, api, adapter, node_change
+):
+    """A node cordoned for a drain, or tainted by a GPU health check, after a balloon gang
+    was placed on it: no real pod can be placed there by preempting it, yet the gang stayed
+    counted as buffer and was never replaced."""
+    add_gpu_nodes(kube, 8)  # 4 for the real gangs, 2 for the balloon gang, 2 to move to
+    add_pd(kube)
+    await settle(adapter, kube)
+    plan = GangPlan({DECODE: component_plan(DECODE, current=1, desired=1, balloons=1)})
+    await adapter.apply(plan, adapter.snapshot(now_s=time.time()), dry_run=False)
+    await settle(adapter, kube)
+    first = {
+        p["metadata"]["name"]: p["spec"]["nodeName"] for p in balloon_pods(kube, "llama-decode")
+    }
+    assert len(first) == 2 and all(first.values())
+    node = next(iter(first.values()))
+    await client.CoreV1Api(api).patch_node(node, node_change)
+    await settle(adapter, kube)
+    state = adapter.snapshot(now_s=time.time())
+    assert state.observations({}).components[DECODE].balloon_gangs == 0  # not a buffer
+    report = await adapter.apply(plan, state, dry_run=False)
+    assert report.components[DECODE].balloon_plan.broken_gangs == (0,)
+    await settle(adapter, kube)
+    now = {
+        p["metadata"]["name"]: p["spec"].get("nodeName") for p in balloon_pods(kube, "llama-decode")
+    }
+    assert len(now) == 2 and node not in now.values() and all(now.values())
+    # placed elsewhere, it holds room again and stays
+    state = adapter.snapshot(now_s=time.time())
+    assert state.observations({}).components[DECODE].balloon_gangs == 1
+    assert (
+        not (await adapter.apply(plan, state, dry_run=False))
+        .components[DECODE]
+        .balloon_plan.changes
+    )
+
+
 async def test_two_balloon_gangs_of_an_exclusive_lws_never_share_a_domain(kube, adapter):
     """A rack of two gangs' nodes took both balloon gangs, and held room for one real gang
     only: LWS keeps a second group out of a domain the first one runs in. A balloon gang
