@@ -22,10 +22,17 @@ def balloon_gangs(
     capacity: float | None,
     desired_gangs: int,
     current_balloons: int,
+    tolerance: float = 0.0,
 ) -> tuple[int, Reason, str]:
     """With the forecast off, the buffer is `min-buffer`. With it on but no forecast or no
     capacity per gang to read it by (a forecaster error, a restart before back-fill), the
     balloon gangs held stay within the bounds: missing data never gives capacity back.
+
+    A buffer shrinks only when the upper bound has fallen by more than `tolerance` below
+    what the gangs held need, as a scale-down goes outside the reactive step's band: an upper
+    bound wavering around a gang's boundary (2,999 and 3,001 at 1,000 a gang) deleted and
+    created a balloon gang on alternate ticks, and with a node autoscaler every re-created
+    Pending gang can order a GPU node.
 
     Never more than the gangs `max-replicas` still allows: a balloon gang is capacity for
     the component to grow into, and one it may never use would only hold GPUs (and, Pending,
@@ -42,6 +49,14 @@ def balloon_gangs(
         detail = (
             f"upper bound {forecast.upper:g} needs {upper_gangs} gangs, {desired_gangs} desired"
         )
+        if wanted < current_balloons:
+            band_gangs = gangs_for_demand(forecast.upper * (1 + tolerance), capacity)
+            if band_gangs - desired_gangs >= current_balloons:
+                wanted = current_balloons
+                detail = (
+                    f"{detail}; within {tolerance:.0%} of needing the {current_balloons} "
+                    "balloon gangs held: kept"
+                )
         if wanted < policy.min_buffer:
             gangs, reason = policy.min_buffer, Reason.BUFFER_MIN
         elif wanted > policy.max_buffer:

@@ -613,6 +613,7 @@ def plan(
                 capacity=d.capacity,
                 desired_gangs=d.gangs,
                 current_balloons=d.obs.balloon_gangs,
+                tolerance=tolerance,
             )
             d.steps.append(Step("buffer", balloons, balloon_reason, balloon_detail))
             if d.gangs > d.obs.spec_gangs:

@@ -623,6 +623,27 @@ def test_buffer_covers_the_upper_bound_within_min_and_max():
 
 
 @pytest.mark.parametrize(
+    ("held", "upper", "expected"),
+    [
+        pytest.param(1, 2_999, 1, id="held-one-needs-one"),
+        pytest.param(1, 3_001, 2, id="growth-is-not-damped"),
+        pytest.param(2, 2_999, 2, id="just-under-the-boundary-keeps-two"),
+        pytest.param(2, 2_700, 1, id="ten-percent-under-gives-one-back"),
+        pytest.param(2, 900, 0, id="a-fall-gives-all-back"),
+    ],
+)
+def test_a_buffer_shrinks_only_past_the_tolerance(held, upper, expected):
+    """An upper bound wavering around a gang's boundary (2,999 and 3,001 at 1,000 a gang)
+    deleted and created a whole balloon gang on alternate ticks; with a node autoscaler
+    every Pending re-creation can order a GPU node."""
+    pol = policy(capacity_per_replica=1000, max_buffer=3)
+    component = replace(obs(ready=2, waiting=8, kv=0.78), balloon_gangs=held)
+    result, _ = decide(component, pol, fc=forecast(1_800, upper=upper))
+    assert result.desired_gangs == 2
+    assert result.balloon_gangs == expected
+
+
+@pytest.mark.parametrize(
     ("max_replicas", "min_buffer", "expected"),
     [
         pytest.param(4, 0, (0, Reason.MAX_REPLICAS), id="at-max-none"),
