@@ -68,6 +68,9 @@ class BackfillResult:
     chunks_total: int
     chunks_failed: int
     errors: tuple[str, ...]
+    # failed chunks Prometheus answered with a refusal (a 4xx: too many samples, a partial
+    # answer refused; or a malformed answer), not with silence or a 5xx
+    chunks_refused: int = 0
 
 
 def history_grid(*, end_s: float, days: float, step_s: float) -> npt.NDArray[np.float64]:
@@ -78,6 +81,9 @@ def history_grid(*, end_s: float, days: float, step_s: float) -> npt.NDArray[np.
     count = int(days * DAY_S // step_s)
     return last - step_s * np.arange(count - 1, -1, -1, dtype=np.float64)
 
+
+# What a Prometheus that answers says of a query it will not run: trying again will not help.
+REFUSALS = frozenset({"http_4xx", "bad_response"})
 
 # (component, grid slots, finite values, slots inside the series' span it has no value at)
 # A leader's gap this short is a missed scrape, not a gang gone: the autoscaler holds a
@@ -198,6 +204,7 @@ async def backfill_demand(
     # each leader's last slot with a value, for a missed scrape across two chunks' edge
     last_slot: dict[tuple[ComponentKey, str], int] = {}
     errors: list[str] = []
+    refused = 0
     chunks_total = 0
     for query_name, keys in sorted(by_query.items()):
         keys_set = set(keys)
@@ -220,6 +227,7 @@ async def backfill_demand(
                 points = await asyncio.get_running_loop().run_in_executor(executor, fetch)
             except PrometheusUnavailable as err:
                 errors.append(str(err))
+                refused += err.kind in REFUSALS
                 continue
             for key, pod, slots, values, holes in points:
                 np.add.at(sums[key], slots, values)
@@ -250,4 +258,5 @@ async def backfill_demand(
         chunks_total=chunks_total,
         chunks_failed=len(errors),
         errors=tuple(errors),
+        chunks_refused=refused,
     )

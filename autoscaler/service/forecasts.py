@@ -41,11 +41,12 @@ log = logging.getLogger(__name__)
 DEFAULT_STEP_S = 300.0
 DEFAULT_REFIT_INTERVAL_S = 900.0
 BACKFILL_STEP_S = 60.0
-# A back-fill whose every range query failed is tried again every minute. While no live
-# demand is read either, Prometheus is down (restarting with the cluster, replaying its WAL
-# for a quarter of an hour) and it is tried until it answers; once live demand is read but
-# the range queries still fail (refused by a query frontend, say) it gives up after ten
-# tries and forecasts from live data only. The component forecasts nothing meanwhile.
+# A back-fill whose every range query failed is tried again every minute. While they get no
+# answer (or a 5xx) and no live demand is read either, Prometheus is down (restarting with
+# the cluster, replaying its WAL for a quarter of an hour) and it is tried until it answers.
+# Once Prometheus refuses them (a 4xx: too many samples, a partial answer refused), or live
+# demand is read while they still fail, it gives up after ten tries and forecasts from live
+# data only. The component forecasts nothing meanwhile.
 BACKFILL_ATTEMPTS = 10
 BACKFILL_RETRY_S = 60.0
 # Histories fed to their forecasters between two turns of the event loop: 2,000 components'
@@ -231,8 +232,9 @@ class DemandForecasts:
                     ours = list(filter(still_ours, keys))
                     if not ours:
                         return
-                    if attempt >= self.backfill_attempts and self._live_demand_read(ours):
-                        break  # Prometheus answers the ticks; it refuses the range queries
+                    down = result.chunks_refused == 0 and not self._live_demand_read(ours)
+                    if attempt >= self.backfill_attempts and not down:
+                        break  # Prometheus answers; it will not run the range queries
                     # Prometheus down (restarted with the service, say): try again while the
                     # live ticks wait in `_pending`, since history cannot be added behind them
                     for key in ours:
@@ -240,7 +242,7 @@ class DemandForecasts:
                             f"all {result.chunks_total} range queries failed; "
                             f"retrying in {self.backfill_retry_s:g}s (attempt {attempt + 1}; "
                             f"until Prometheus answers, at most {self.backfill_attempts} once "
-                            "live demand is read)"
+                            "it refuses them or live demand is read)"
                         )
                     log.warning(
                         "demand back-fill of %d components failed (attempt %d): %s; retrying "
@@ -272,7 +274,8 @@ class DemandForecasts:
                         self._no_history.add(key)
                         self._backfill_errors[key] = (
                             f"all {result.chunks_total} range queries failed {attempt} times "
-                            "while live demand was read; forecasting from live data only"
+                            f"({result.errors[0] if result.errors else 'no answer'}); "
+                            "forecasting from live data only"
                         )
                         continue
                     self._observe(key, history.timestamps_s.tolist(), history.values.tolist())

@@ -140,6 +140,41 @@ async def test_range_queries_refused_while_live_demand_is_read_give_up_and_say_s
             await _closing(forecasts, source)
 
 
+async def test_refused_range_queries_give_up_without_live_demand_and_free_the_queue(
+    pool: ThreadPoolExecutor,
+) -> None:
+    """A component at zero gangs reads no demand. With its range queries refused (a 422 of
+    a query frontend's limit) its back-fill was tried for good, and every component seen
+    after it waited behind it, forecasting nothing, its ticks piling up."""
+
+    async def prometheus(request: web.Request) -> web.Response:
+        if _is_range(request):
+            return web.Response(status=422, text="query processing would load too many samples")
+        return web.json_response(EMPTY_MATRIX)
+
+    parked, busy = ComponentKey("serving", "parked"), ComponentKey("serving", "busy")
+    async with serve(prometheus) as (url, seen):
+        source = PrometheusSource(url=url, timeout_s=2)
+        forecasts = DemandForecasts(
+            executor=pool, backfill_days=0.25, backfill_attempts=3, backfill_retry_s=0.05
+        )
+        try:
+            forecasts.start_backfill(source, [(parked, Component.PREFILL)], now_s=time.time())
+            forecasts.record(parked, now_s=time.time(), demand=None)  # at zero gangs
+            forecasts.start_backfill(source, [(busy, Component.DECODE)], now_s=time.time())
+            await wait_until(
+                lambda: "live data only" in (forecasts.status(busy).backfill_error or ""),
+                timeout_s=10,
+                what="the queued back-fill to run and give up",
+            )
+            assert "live data only" in (forecasts.status(parked).backfill_error or "")
+            assert "422" in (forecasts.status(parked).backfill_error or "")
+            assert len([r for r in seen if _is_range(r)]) == 6  # three tries each
+            assert not forecasts._pending
+        finally:
+            await _closing(forecasts, source)
+
+
 async def test_components_seen_while_a_backfill_runs_are_read_together_next(
     pool: ThreadPoolExecutor,
 ) -> None:
