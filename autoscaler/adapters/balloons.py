@@ -21,7 +21,7 @@ import itertools
 import json
 import logging
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -120,7 +120,7 @@ def _member_spec(
     *,
     image: str,
     affinity_term: Mapping[str, Any] | None,
-    anti_affinity_term: Mapping[str, Any] | None = None,
+    anti_affinity_terms: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     requests, limits = pod.requests, pod.limits
     if pod.runtime_class_name and pod.overhead:
@@ -156,10 +156,10 @@ def _member_spec(
         pod_affinity = affinity.setdefault("podAffinity", {})
         terms = pod_affinity.setdefault("requiredDuringSchedulingIgnoredDuringExecution", [])
         terms.append(dict(affinity_term))
-    if anti_affinity_term is not None:
+    if anti_affinity_terms:
         pod_anti = affinity.setdefault("podAntiAffinity", {})
         terms = pod_anti.setdefault("requiredDuringSchedulingIgnoredDuringExecution", [])
-        terms.append(dict(anti_affinity_term))
+        terms.extend(copy.deepcopy(dict(t)) for t in anti_affinity_terms)
     if affinity:
         spec["affinity"] = affinity
     # Only when the template sets them, so that balloons of a template without them keep
@@ -224,22 +224,39 @@ def balloon_gang_manifests(
         if shape.topology_key
         else None
     )
-    # An exclusive gang needs a domain of its own: two balloon gangs in one domain hold room
-    # for one real gang only. Only balloons are selected, never real pods: an anti-affinity
-    # to real pods would keep them out of the domain of a balloon member on a node the
-    # scheduler does not preempt on.
+    # An exclusive gang needs a domain of its own, and LWS keeps every other group of the
+    # namespace out of it (a prefill gang out of a decode gang's): two balloon gangs of the
+    # namespace in one domain hold room for one real gang only. Two terms, both required:
+    # the other balloon gangs of this LWS, and every balloon of another LWS. Only balloons are
+    # selected, never real pods: an anti-affinity to real pods would keep them out of the
+    # domain of a balloon member on a node the scheduler does not preempt on.
     others = (
-        {
-            "labelSelector": {
-                "matchExpressions": [
-                    {"key": BALLOON_FOR_LABEL, "operator": "In", "values": [lws_name]},
-                    {"key": BALLOON_GANG_LABEL, "operator": "NotIn", "values": [str(gang_index)]},
-                ]
+        [
+            {
+                "labelSelector": {
+                    "matchExpressions": [
+                        {"key": BALLOON_FOR_LABEL, "operator": "In", "values": [lws_name]},
+                        {
+                            "key": BALLOON_GANG_LABEL,
+                            "operator": "NotIn",
+                            "values": [str(gang_index)],
+                        },
+                    ]
+                },
+                "topologyKey": shape.topology_key,
             },
-            "topologyKey": shape.topology_key,
-        }
+            {
+                "labelSelector": {
+                    "matchExpressions": [
+                        {"key": BALLOON_FOR_LABEL, "operator": "Exists"},
+                        {"key": BALLOON_FOR_LABEL, "operator": "NotIn", "values": [lws_name]},
+                    ]
+                },
+                "topologyKey": shape.topology_key,
+            },
+        ]
         if shape.topology_key
-        else None
+        else []
     )
     digest = shape_digest(shape, image=image)
     pods = []
@@ -269,7 +286,7 @@ def balloon_gang_manifests(
                     ],
                 },
                 "spec": _member_spec(
-                    pod_shape, image=image, affinity_term=term, anti_affinity_term=others
+                    pod_shape, image=image, affinity_term=term, anti_affinity_terms=others
                 ),
             }
         )

@@ -1393,6 +1393,33 @@ async def test_two_balloon_gangs_of_an_exclusive_lws_never_share_a_domain(kube, 
     assert racks == {"0": {"r1"}, "1": {None}}  # the second has no domain of its own
 
 
+async def test_balloon_gangs_of_two_exclusive_lws_of_a_namespace_never_share_a_domain(
+    kube, adapter
+):
+    """LWS keeps every other group of the namespace out of an exclusive gang's domain, a
+    decode gang out of a prefill gang's: a prefill and a decode balloon gang in one rack
+    held room for one real gang."""
+    racks = ["r0", "r0", "r1", "r1", "r2", "r2", "r2", "r2"]  # r2 has room for two gangs
+    for i, rack in enumerate(racks):
+        kube.add_node(
+            f"gpu-{i}", cpu="190", memory="1500Gi", gpus=8,
+            extended={"ephemeral-storage": "3000Gi"}, labels={RACK: rack},
+        )  # fmt: skip
+    add_pd(kube, extra={"leaderworkerset.sigs.k8s.io/exclusive-topology": RACK})
+    await settle(adapter, kube)
+    plan = GangPlan(
+        {key: component_plan(key, current=1, desired=1, balloons=1) for key in (PREFILL, DECODE)}
+    )
+    await adapter.apply(plan, adapter.snapshot(now_s=time.time()), dry_run=False)
+    await settle(adapter, kube)
+    nodes = {n["metadata"]["name"]: n["metadata"]["labels"][RACK] for n in kube.objects("nodes")}
+    placed = {
+        lws: {nodes.get(p["spec"].get("nodeName") or "") for p in balloon_pods(kube, lws)}
+        for lws in ("llama-prefill", "llama-decode")
+    }
+    assert sorted(placed.values(), key=str) == sorted([{"r2"}, {None}], key=str)
+
+
 async def test_balloon_gangs_copy_the_lws_shape_and_hold_one_topology_domain(kube, adapter):
     add_gpu_nodes(kube, 6)
     decode_exclusive(kube, replicas=1)
