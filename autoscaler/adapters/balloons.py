@@ -57,7 +57,6 @@ from autoscaler.adapters.kube_objects import (
     pod_is_finished,
 )
 from autoscaler.adapters.pod_names import parse_index
-from autoscaler.core.model import NodeCapacity
 from autoscaler.core.partial_gangs import aged_from
 from autoscaler.core.shape import (
     GangShape,
@@ -344,29 +343,43 @@ def _is_whole(
     )
 
 
-def stranded_balloons(pods: Iterable[Obj], nodes: Mapping[str, NodeCapacity]) -> frozenset[str]:
-    """Names of balloon pods bound to a node that no longer takes new pods: cordoned, not
-    Ready, or tainted since with a NoSchedule or NoExecute taint the pod does not tolerate (a
-    drain, a GPU health check). A real pod could not be placed there by preempting them, so
-    their gang holds nothing: it is replaced elsewhere. Judged by the pod's own tolerations,
-    which admission completed, so a node it was placed on is never judged against it."""
+# The taints the node lifecycle controller sets from a node's conditions.
+NODE_LIFECYCLE = "node.kubernetes.io/"
+
+
+def stranded_balloons(pods: Iterable[Obj], nodes: Mapping[str, Obj]) -> frozenset[str]:
+    """Names of balloon pods bound to a node that no longer takes new pods, for good: cordoned
+    (a drain), or tainted since with a NoSchedule or NoExecute taint the pod does not
+    tolerate (a cluster-autoscaler or Karpenter drain, a GPU health check). A real pod could
+    not be placed there by preempting them, so their gang holds nothing: it is replaced
+    elsewhere. Judged by the pod's own tolerations, which admission completed, so a node it
+    was placed on is never judged against it. The node lifecycle's own taints
+    (`node.kubernetes.io/...`: not ready, unreachable, memory or disk pressure) come and go
+    with a node's condition and do not count: replacing a gang on each would order nodes for
+    nothing."""
     stranded: set[str] = set()
     for pod in pods:
         node = nodes.get(str((pod.get("spec") or {}).get("nodeName") or ""))
         if node is None:
             continue  # Pending, or a node gone (its pods go with it)
-        if not node.schedulable:
-            stranded.add(str(meta(pod).get("name")))
+        spec = node.get("spec") or {}
+        name = str(meta(pod).get("name"))
+        if spec.get("unschedulable"):
+            stranded.add(name)
             continue
         try:
             tolerations = parse_tolerations((pod.get("spec") or {}).get("tolerations") or ())
+            taints = [
+                (str(t.get("key") or ""), str(t.get("value") or ""), str(t.get("effect") or ""))
+                for t in spec.get("taints") or ()
+            ]
         except (TypeError, AttributeError):
             continue
-        for taint in node.taints:
-            if taint.effect not in ("NoSchedule", "NoExecute"):
+        for key, value, effect in taints:
+            if effect not in ("NoSchedule", "NoExecute") or key.startswith(NODE_LIFECYCLE):
                 continue
-            if not any(t.tolerates(taint.key, taint.value, taint.effect) for t in tolerations):
-                stranded.add(str(meta(pod).get("name")))
+            if not any(t.tolerates(key, value, effect) for t in tolerations):
+                stranded.add(name)
                 break
     return frozenset(stranded)
 

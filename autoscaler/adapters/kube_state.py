@@ -129,7 +129,9 @@ def build_state(
     balloon_image: str = PAUSE_IMAGE,
 ) -> KubeState:
     pod_list = list(pods)
-    cluster = cluster_observation(nodes, pod_list, can_grow=can_grow)
+    node_list = list(nodes)
+    raw_nodes = {str(meta(n).get("name", "")): n for n in node_list}
+    cluster = cluster_observation(node_list, pod_list, can_grow=can_grow)
     nodes_by_name = {node.name: node for node in cluster.nodes}
     by_lws: dict[tuple[str, str], list[Obj]] = {}
     balloons_by_lws: dict[tuple[str, str], list[Obj]] = {}
@@ -158,7 +160,7 @@ def build_state(
     ).items():
         lws_pods = by_lws.get((key.namespace, key.lws), [])
         balloons = tuple(balloons_by_lws.get((key.namespace, key.lws), ()))
-        stranded = stranded_balloons(balloons, nodes_by_name)
+        stranded = stranded_balloons(balloons, raw_nodes)
         observation = None
         leaders: dict[str, int] = {}
         if found.shape is not None:

@@ -376,7 +376,10 @@ class PrometheusSource:
                 if value is None:
                     # A partial sum would understate the load of the whole component.
                     reasons[signal] = reason or "missing"
-                    if signal == "demand" and _reports_gauges(outcomes, namespace, pod):
+                    absent = (namespace, pod) not in outcome.values and (
+                        (namespace, pod) not in outcome.duplicated
+                    )
+                    if signal == "demand" and absent and _reports_gauges(outcomes, namespace, pod):
                         reasons[signal] = _NO_RATE.format(
                             pod=f"{namespace}/{pod}", query=query_name
                         )

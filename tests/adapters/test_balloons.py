@@ -19,7 +19,6 @@ from autoscaler.adapters.balloons import (
     stranded_balloons,
 )
 from autoscaler.adapters.kube_errors import BalloonShapeError
-from autoscaler.core.model import NodeCapacity, Taint
 from autoscaler.core.shape import gang_shape_from_lws, parse_quantity, pod_shape_from_spec
 from tests.adapters.kube_fixtures import vllm_lws
 
@@ -491,18 +490,30 @@ def test_name_clashes_are_found_for_every_lws_in_one_pass():
 def test_a_balloon_pod_is_stranded_only_by_what_it_does_not_tolerate():
     """Judged by the pod's own tolerations, which admission completed: on a GKE GPU node
     (`nvidia.com/gpu=present:NoSchedule`, tolerated by the toleration admission added) a
-    balloon pod is not stranded, or every balloon gang there would be replaced each pass."""
-    gke_node = NodeCapacity(name="gke", free={}, taints=(Taint("nvidia.com/gpu", "present"),))
-    drained = NodeCapacity(name="drained", free={}, taints=(Taint("karpenter.sh/disrupted"),))
-    cordoned = NodeCapacity(name="cordoned", free={}, schedulable=False)
-    nodes = {n.name: n for n in (gke_node, drained, cordoned)}
+    balloon pod is not stranded, or every balloon gang there would be replaced each pass. A
+    node's passing conditions (not ready, memory pressure: the node lifecycle's taints) do
+    not strand it either: replacing a gang on each would order nodes for nothing."""
+
+    def node(name: str, *, taints: tuple[tuple[str, str], ...] = (), cordoned=False):
+        spec: dict[str, object] = {"taints": [{"key": k, "effect": e} for k, e in taints]}
+        if cordoned:
+            spec["unschedulable"] = True
+        return {"metadata": {"name": name}, "spec": spec}
+
+    nodes = {
+        n["metadata"]["name"]: n
+        for n in (
+            node("gke", taints=(("nvidia.com/gpu", "NoSchedule"),)),
+            node("drained", taints=(("karpenter.sh/disrupted", "NoSchedule"),)),
+            node("cordoned", cordoned=True),
+            node("pressure", taints=(("node.kubernetes.io/memory-pressure", "NoSchedule"),)),
+            node("not-ready", taints=(("node.kubernetes.io/not-ready", "NoExecute"),)),
+            node("prefer", taints=(("team", "PreferNoSchedule"),)),
+        )
+    }
     gpu_toleration = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
-
-    def pod(name: str, node: str | None) -> dict[str, object]:
-        return {
-            "metadata": {"name": name},
-            "spec": {"nodeName": node, "tolerations": [gpu_toleration]},
-        }
-
-    pods = [pod("a", "gke"), pod("b", "drained"), pod("c", "cordoned"), pod("d", None)]
-    assert stranded_balloons(pods, nodes) == {"b", "c"}
+    pods = [
+        {"metadata": {"name": name}, "spec": {"nodeName": name, "tolerations": [gpu_toleration]}}
+        for name in nodes
+    ] + [{"metadata": {"name": "pending"}, "spec": {"tolerations": [gpu_toleration]}}]
+    assert stranded_balloons(pods, nodes) == {"drained", "cordoned"}

@@ -178,6 +178,10 @@ def test_a_demand_rate_with_no_sample_where_the_gauges_answer_points_at_the_wind
     silent = parse_vector(vector({"llama-3-70b-1": "5"}))
     signals = source().signals_for(target({0, 1}), outcomes(prefill_demand=no_rate, waiting=silent))
     assert signals.missing_reasons["demand"] == "no sample for ready leader ns/llama-3-70b-0"
+    # a value that is there but unusable keeps its own reason
+    nan = parse_vector(vector({"llama-3-70b-0": "NaN", "llama-3-70b-1": "5"}))
+    signals = source().signals_for(target({0, 1}), outcomes(prefill_demand=nan))
+    assert signals.missing_reasons["demand"] == "NaN for ns/llama-3-70b-0"
 
 
 def test_no_ready_gang_is_missing_not_zero() -> None:
