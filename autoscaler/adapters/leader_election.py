@@ -16,7 +16,7 @@ acquire/renew protocol; this module adds what the service needs around it:
   renewal past the deadline.
 - A leader that reads another holder in the Lease (it was deleted, and a standby created it
   afresh) stops at once, not at its renew deadline; and an instance whose term follows
-  another holder's acts only once that holder's renew deadline has passed since its record
+  another holder's acts only once that holder's lease duration has passed since its record
   was first read, so the Lease deleted under a leader cannot give two writers.
 - A holder's lease expires after the duration written in the Lease, as in client-go, not
   the reader's own: replicas rolled out with another `--lease-duration` do not take over
@@ -83,7 +83,7 @@ class _TimedLeaseLock(LeaseLock):
         # another holder's record as last read, when it was first read, and its duration
         self._other: tuple[Any, ...] | None = None
         self.other_seen_s: float | None = None
-        self._other_duration_s = 0.0
+        self.other_duration_s = 0.0
 
     async def get(self, name: str, namespace: str) -> tuple[bool, Any]:
         try:
@@ -119,9 +119,9 @@ class _TimedLeaseLock(LeaseLock):
             self._other = seen
             self.other_seen_s = self._clock()
             try:
-                self._other_duration_s = float(record.lease_duration or 0)
+                self.other_duration_s = float(record.lease_duration or 0)
             except ValueError:
-                self._other_duration_s = 0.0
+                self.other_duration_s = 0.0
 
     async def create(
         self, name: str, namespace: str, election_record: LeaderElectionRecord
@@ -139,7 +139,7 @@ class _TimedLeaseLock(LeaseLock):
         if (
             self._other is not None
             and self.other_seen_s is not None
-            and self._clock() - self.other_seen_s < self._other_duration_s
+            and self._clock() - self.other_seen_s < self.other_duration_s
         ):
             return False
         if self.lease_reference is None:
@@ -255,9 +255,12 @@ class LeaderElector:
         if not (self._leading and last is not None and now - last < self._renew_deadline_s):
             return False
         # A term that follows another holder's record (a Lease deleted under it and created
-        # afresh here) waits out that holder's renew deadline: it stops by then.
+        # afresh here) waits until that holder has stopped: by its renew deadline, which is
+        # within its lease duration (its own, written in the Lease: a replica of a rollout
+        # that changed it may have a longer one than this).
         other_s = self._lock.other_seen_s
-        return other_s is None or now - other_s >= self._renew_deadline_s
+        wait_s = max(self._renew_deadline_s, self._lock.other_duration_s)
+        return other_s is None or now - other_s >= wait_s
 
     def lease_problem(self, *, limit_s: float) -> str | None:
         """Why this instance could not lead now: the last failed Lease call's cause, when no
