@@ -630,6 +630,7 @@ def test_buffer_covers_the_upper_bound_within_min_and_max():
         pytest.param(2, 2_999, 2, id="just-under-the-boundary-keeps-two"),
         pytest.param(2, 2_700, 1, id="ten-percent-under-gives-one-back"),
         pytest.param(2, 900, 0, id="a-fall-gives-all-back"),
+        pytest.param(2, 1_990, 1, id="within-the-band-one-gang-more-at-most"),
     ],
 )
 def test_a_buffer_shrinks_only_past_the_tolerance(held, upper, expected):
@@ -641,6 +642,16 @@ def test_a_buffer_shrinks_only_past_the_tolerance(held, upper, expected):
     result, _ = decide(component, pol, fc=forecast(1_800, upper=upper))
     assert result.desired_gangs == 2
     assert result.balloon_gangs == expected
+
+
+def test_the_buffer_band_keeps_one_gang_more_at_most_however_large_the_bound():
+    """10 % of a large deployment's upper bound is many gangs: 20 balloon gangs held and an
+    upper bound fallen to 11 gangs over what is desired kept all 20."""
+    pol = policy(capacity_per_replica=1000, max_replicas=200, max_buffer=30)
+    component = replace(obs(ready=90, waiting=360, kv=0.78), balloon_gangs=20)
+    result, _ = decide(component, pol, fc=forecast(90_000, upper=101_000))
+    assert result.desired_gangs == 90
+    assert result.balloon_gangs == 12  # 11 the bound needs, one more within the band
 
 
 @pytest.mark.parametrize(
