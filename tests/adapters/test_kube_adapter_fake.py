@@ -54,6 +54,19 @@ def add_gpu_nodes(kube: FakeKube, count: int, *, start: int = 0, per_rack: int =
         )
 
 
+async def kubectl_scale(api: client.ApiClient, lws: str, replicas: int) -> None:
+    """What `kubectl scale lws <lws> --replicas=N` sends: a merge patch of /scale."""
+    await client.CustomObjectsApi(api).patch_namespaced_custom_object_scale(
+        LWS_GROUP,
+        LWS_VERSION,
+        NS,
+        LWS_PLURAL,
+        lws,
+        {"spec": {"replicas": replicas}},
+        _content_type="application/merge-patch+json",
+    )
+
+
 def lws_manifest(name: str, *, replicas: int, annotations: dict[str, str]) -> dict[str, Any]:
     lws = vllm_lws(name=name, namespace=NS, annotations=annotations, replicas=replicas)
     for key in ("uid", "resourceVersion"):
@@ -885,10 +898,7 @@ async def test_a_lagging_observation_after_a_lost_write_that_never_landed_decide
     add_pd(kube, decode=2)
     await settle(adapter, kube)
     stale = adapter.snapshot(now_s=time.time())  # 2 gangs
-    await client.CustomObjectsApi(api).patch_namespaced_custom_object_scale(
-        LWS_GROUP, LWS_VERSION, NS, LWS_PLURAL, "llama-decode", {"spec": {"replicas": 1}},
-        _content_type="application/merge-patch+json",
-    )  # fmt: skip
+    await kubectl_scale(api, "llama-decode", 1)
     kube.inject_fault(
         code=0, method="PATCH", path_contains="llama-decode/scale", action="disconnect"
     )
@@ -911,10 +921,7 @@ async def test_a_third_count_after_a_lost_write_is_another_writers(kube, adapter
     )
     assert await scale_decode(adapter, kube, 1, 2) is ScaleResult.FAILED
     # An operator runs `kubectl scale lws llama-decode --replicas=4` meanwhile.
-    await client.CustomObjectsApi(api).patch_namespaced_custom_object_scale(
-        LWS_GROUP, LWS_VERSION, NS, LWS_PLURAL, "llama-decode", {"spec": {"replicas": 4}},
-        _content_type="application/merge-patch+json",
-    )  # fmt: skip
+    await kubectl_scale(api, "llama-decode", 4)
     assert await scale_decode(adapter, kube, 4, 2) is ScaleResult.OTHER_WRITER
     assert spec_replicas(kube, "llama-decode") == 4
     (warning,) = events(kube, "AnotherWriter")
@@ -951,15 +958,7 @@ async def test_a_manual_scale_is_reported_not_fought(kube, adapter, api):
         GangPlan({DECODE: component_plan(DECODE, current=1, desired=2)}), state, dry_run=False
     )
     # An operator runs `kubectl scale lws llama-decode --replicas=4`.
-    await client.CustomObjectsApi(api).patch_namespaced_custom_object_scale(
-        LWS_GROUP,
-        LWS_VERSION,
-        NS,
-        LWS_PLURAL,
-        "llama-decode",
-        {"spec": {"replicas": 4}},
-        _content_type="application/merge-patch+json",
-    )
+    await kubectl_scale(api, "llama-decode", 4)
     await settle(adapter, kube)
     state = adapter.snapshot(now_s=time.time())
     for _ in range(2):
@@ -989,15 +988,7 @@ async def test_a_conflict_with_the_count_already_written_is_no_other_writer(kube
     add_pd(kube)
     await settle(adapter, kube)
     state = adapter.snapshot(now_s=time.time())  # spec.replicas 1, and its resourceVersion
-    await client.CustomObjectsApi(api).patch_namespaced_custom_object_scale(
-        LWS_GROUP,
-        LWS_VERSION,
-        NS,
-        LWS_PLURAL,
-        "llama-decode",
-        {"spec": {"replicas": 2}},
-        _content_type="application/merge-patch+json",
-    )
+    await kubectl_scale(api, "llama-decode", 2)
     report = await adapter.apply(
         GangPlan({DECODE: component_plan(DECODE, current=1, desired=2)}), state, dry_run=False
     )

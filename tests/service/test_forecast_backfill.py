@@ -5,10 +5,12 @@ turning while a week of history is fed to the forecasters."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import numpy as np
 import pytest
@@ -36,9 +38,23 @@ async def pool() -> AsyncIterator[ThreadPoolExecutor]:
     executor.shutdown()
 
 
-async def _closing(forecasts: DemandForecasts, source: PrometheusSource) -> None:
-    await forecasts.close()
-    source.close()
+@contextlib.asynccontextmanager
+async def backfilling(
+    handler: Callable[[web.Request], Awaitable[web.Response]],
+    pool: ThreadPoolExecutor,
+    *,
+    timeout_s: float,
+    **settings: Any,
+) -> AsyncIterator[tuple[DemandForecasts, PrometheusSource, list[web.Request]]]:
+    """Forecasts back-filling from `handler` as Prometheus: them, the source, the requests."""
+    async with serve(handler) as (url, seen):
+        source = PrometheusSource(url=url, timeout_s=timeout_s)
+        forecasts = DemandForecasts(executor=pool, **settings)
+        try:
+            yield forecasts, source, seen
+        finally:
+            await forecasts.close()
+            source.close()
 
 
 async def test_a_backfill_that_prometheus_refused_is_tried_again(
@@ -53,27 +69,24 @@ async def test_a_backfill_that_prometheus_refused_is_tried_again(
             return web.Response(status=503, text="Service Unavailable")
         return web.json_response(EMPTY_MATRIX)
 
-    async with serve(prometheus) as (url, seen):
-        source = PrometheusSource(url=url, timeout_s=2)
-        forecasts = DemandForecasts(executor=pool, backfill_days=2, backfill_retry_s=0.2)
-        try:
-            forecasts.start_backfill(source, [(KEY, Component.PREFILL)], now_s=time.time())
-            forecasts.record(KEY, now_s=time.time(), demand=1000.0)  # a live tick waits
-            await wait_until(
-                lambda: "retrying" in (forecasts.status(KEY).backfill_error or ""),
-                timeout_s=10,
-                what="a failed first back-fill",
-            )
-            assert not forecasts.status(KEY).backfilled
-            failed_queries = len(seen)
-            ready.set()  # Prometheus is back
-            await wait_until(
-                lambda: forecasts.status(KEY).backfilled, timeout_s=10, what="the back-fill"
-            )
-            assert len(seen) > failed_queries
-            assert forecasts.status(KEY).backfill_error is None
-        finally:
-            await _closing(forecasts, source)
+    async with backfilling(
+        prometheus, pool, timeout_s=2, backfill_days=2, backfill_retry_s=0.2
+    ) as (forecasts, source, seen):
+        forecasts.start_backfill(source, [(KEY, Component.PREFILL)], now_s=time.time())
+        forecasts.record(KEY, now_s=time.time(), demand=1000.0)  # a live tick waits
+        await wait_until(
+            lambda: "retrying" in (forecasts.status(KEY).backfill_error or ""),
+            timeout_s=10,
+            what="a failed first back-fill",
+        )
+        assert not forecasts.status(KEY).backfilled
+        failed_queries = len(seen)
+        ready.set()  # Prometheus is back
+        await wait_until(
+            lambda: forecasts.status(KEY).backfilled, timeout_s=10, what="the back-fill"
+        )
+        assert len(seen) > failed_queries
+        assert forecasts.status(KEY).backfill_error is None
 
 
 async def test_a_prometheus_down_longer_than_the_tries_is_waited_for(
@@ -91,21 +104,21 @@ async def test_a_prometheus_down_longer_than_the_tries_is_waited_for(
             return web.Response(status=503, text="Service Unavailable")
         return web.json_response(EMPTY_MATRIX)
 
-    async with serve(prometheus) as (url, _):
-        source = PrometheusSource(url=url, timeout_s=2)
-        forecasts = DemandForecasts(
-            executor=pool, backfill_days=0.25, backfill_attempts=2, backfill_retry_s=0.05
+    async with backfilling(
+        prometheus,
+        pool,
+        timeout_s=2,
+        backfill_days=0.25,
+        backfill_attempts=2,
+        backfill_retry_s=0.05,
+    ) as (forecasts, source, _):
+        forecasts.start_backfill(source, [(KEY, Component.PREFILL)], now_s=time.time())
+        forecasts.record(KEY, now_s=time.time(), demand=None)  # the ticks read nothing
+        await wait_until(
+            lambda: forecasts.status(KEY).backfilled, timeout_s=10, what="the back-fill"
         )
-        try:
-            forecasts.start_backfill(source, [(KEY, Component.PREFILL)], now_s=time.time())
-            forecasts.record(KEY, now_s=time.time(), demand=None)  # the ticks read nothing
-            await wait_until(
-                lambda: forecasts.status(KEY).backfilled, timeout_s=10, what="the back-fill"
-            )
-            assert failures_left == 0
-            assert forecasts.status(KEY).backfill_error is None
-        finally:
-            await _closing(forecasts, source)
+        assert failures_left == 0
+        assert forecasts.status(KEY).backfill_error is None
 
 
 async def test_range_queries_refused_while_live_demand_is_read_give_up_and_say_so(
@@ -120,24 +133,24 @@ async def test_range_queries_refused_while_live_demand_is_read_give_up_and_say_s
             return web.Response(status=422, text="query processing would load too many samples")
         return web.json_response(EMPTY_MATRIX)
 
-    async with serve(prometheus) as (url, seen):
-        source = PrometheusSource(url=url, timeout_s=2)
-        forecasts = DemandForecasts(
-            executor=pool, backfill_days=0.25, backfill_attempts=3, backfill_retry_s=0.05
+    async with backfilling(
+        prometheus,
+        pool,
+        timeout_s=2,
+        backfill_days=0.25,
+        backfill_attempts=3,
+        backfill_retry_s=0.05,
+    ) as (forecasts, source, seen):
+        forecasts.start_backfill(source, [(KEY, Component.PREFILL)], now_s=time.time())
+        forecasts.record(KEY, now_s=time.time(), demand=1000.0)
+        await wait_until(
+            lambda: "live data only" in (forecasts.status(KEY).backfill_error or ""),
+            timeout_s=10,
+            what="the back-fill to give up",
         )
-        try:
-            forecasts.start_backfill(source, [(KEY, Component.PREFILL)], now_s=time.time())
-            forecasts.record(KEY, now_s=time.time(), demand=1000.0)
-            await wait_until(
-                lambda: "live data only" in (forecasts.status(KEY).backfill_error or ""),
-                timeout_s=10,
-                what="the back-fill to give up",
-            )
-            assert len([r for r in seen if _is_range(r)]) == 3  # one chunk, three tries
-            assert not forecasts.status(KEY).backfilled
-            assert not forecasts._pending  # the live reading went to the forecaster
-        finally:
-            await _closing(forecasts, source)
+        assert len([r for r in seen if _is_range(r)]) == 3  # one chunk, three tries
+        assert not forecasts.status(KEY).backfilled
+        assert not forecasts._pending  # the live reading went to the forecaster
 
 
 async def test_refused_range_queries_give_up_without_live_demand_and_free_the_queue(
@@ -153,26 +166,26 @@ async def test_refused_range_queries_give_up_without_live_demand_and_free_the_qu
         return web.json_response(EMPTY_MATRIX)
 
     parked, busy = ComponentKey("serving", "parked"), ComponentKey("serving", "busy")
-    async with serve(prometheus) as (url, seen):
-        source = PrometheusSource(url=url, timeout_s=2)
-        forecasts = DemandForecasts(
-            executor=pool, backfill_days=0.25, backfill_attempts=3, backfill_retry_s=0.05
+    async with backfilling(
+        prometheus,
+        pool,
+        timeout_s=2,
+        backfill_days=0.25,
+        backfill_attempts=3,
+        backfill_retry_s=0.05,
+    ) as (forecasts, source, seen):
+        forecasts.start_backfill(source, [(parked, Component.PREFILL)], now_s=time.time())
+        forecasts.record(parked, now_s=time.time(), demand=None)  # at zero gangs
+        forecasts.start_backfill(source, [(busy, Component.DECODE)], now_s=time.time())
+        await wait_until(
+            lambda: "live data only" in (forecasts.status(busy).backfill_error or ""),
+            timeout_s=10,
+            what="the queued back-fill to run and give up",
         )
-        try:
-            forecasts.start_backfill(source, [(parked, Component.PREFILL)], now_s=time.time())
-            forecasts.record(parked, now_s=time.time(), demand=None)  # at zero gangs
-            forecasts.start_backfill(source, [(busy, Component.DECODE)], now_s=time.time())
-            await wait_until(
-                lambda: "live data only" in (forecasts.status(busy).backfill_error or ""),
-                timeout_s=10,
-                what="the queued back-fill to run and give up",
-            )
-            assert "live data only" in (forecasts.status(parked).backfill_error or "")
-            assert "422" in (forecasts.status(parked).backfill_error or "")
-            assert len([r for r in seen if _is_range(r)]) == 6  # three tries each
-            assert not forecasts._pending
-        finally:
-            await _closing(forecasts, source)
+        assert "live data only" in (forecasts.status(parked).backfill_error or "")
+        assert "422" in (forecasts.status(parked).backfill_error or "")
+        assert len([r for r in seen if _is_range(r)]) == 6  # three tries each
+        assert not forecasts._pending
 
 
 async def test_components_seen_while_a_backfill_runs_are_read_together_next(
@@ -190,27 +203,26 @@ async def test_components_seen_while_a_backfill_runs_are_read_together_next(
         return web.json_response(EMPTY_MATRIX)
 
     keys = [ComponentKey("serving", f"llm-{i}") for i in range(4)]
-    async with serve(prometheus) as (url, seen):
-        source = PrometheusSource(url=url, timeout_s=10)
-        forecasts = DemandForecasts(executor=pool, backfill_days=0.25)  # one 6-hour chunk
-        try:
-            start_s = 1_800_000_000.0
-            for tick, key in enumerate(keys):
-                now_s = start_s + 15 * tick
-                assert forecasts.start_backfill(source, [(key, Component.PREFILL)], now_s=now_s)
-                forecasts.record(key, now_s=now_s, demand=100.0)
-                await asyncio.sleep(0.1)
-            release.set()
-            await wait_until(
-                lambda: all(forecasts.status(k).backfilled for k in keys),
-                timeout_s=10,
-                what="every back-fill",
-            )
-            ends = [float(r.query["end"]) for r in seen if _is_range(r)]
-            assert ends == [pytest.approx(start_s, abs=60), pytest.approx(start_s + 15, abs=60)]
-            assert not forecasts._pending
-        finally:
-            await _closing(forecasts, source)
+    async with backfilling(prometheus, pool, timeout_s=10, backfill_days=0.25) as (
+        forecasts,
+        source,
+        seen,
+    ):  # one 6-hour chunk
+        start_s = 1_800_000_000.0
+        for tick, key in enumerate(keys):
+            now_s = start_s + 15 * tick
+            assert forecasts.start_backfill(source, [(key, Component.PREFILL)], now_s=now_s)
+            forecasts.record(key, now_s=now_s, demand=100.0)
+            await asyncio.sleep(0.1)
+        release.set()
+        await wait_until(
+            lambda: all(forecasts.status(k).backfilled for k in keys),
+            timeout_s=10,
+            what="every back-fill",
+        )
+        ends = [float(r.query["end"]) for r in seen if _is_range(r)]
+        assert ends == [pytest.approx(start_s, abs=60), pytest.approx(start_s + 15, abs=60)]
+        assert not forecasts._pending
 
 
 class _WeekOfHistory:
