@@ -68,8 +68,8 @@ class BackfillResult:
     chunks_total: int
     chunks_failed: int
     errors: tuple[str, ...]
-    # failed chunks Prometheus answered with a refusal (a 4xx: too many samples, a partial
-    # answer refused; or a malformed answer), not with silence or a 5xx
+    # failed chunks Prometheus refused (`refused`: too many samples, a malformed answer, too
+    # heavy to finish), not silence, a 5xx or a store still coming up
     chunks_refused: int = 0
 
 
@@ -82,8 +82,23 @@ def history_grid(*, end_s: float, days: float, step_s: float) -> npt.NDArray[np.
     return last - step_s * np.arange(count - 1, -1, -1, dtype=np.float64)
 
 
-# What a Prometheus that answers says of a query it will not run: trying again will not help.
-REFUSALS = frozenset({"http_4xx", "bad_response"})
+# Thanos refusing a partial answer (`partial_response=false`) while a store is not up yet (a
+# sidecar whose Prometheus replays its WAL): an error answer that passes with time.
+_STORE_DOWN = ("partial response", "rpc error", "unavailable", "receive series")
+
+
+def refused(err: PrometheusUnavailable) -> bool:
+    """Whether Prometheus answered that it will not run the query as it stands (trying again
+    will not help): a 4xx such as 422's too many samples, a malformed answer, or a query
+    timing out (too heavy, as the capacity restore reads it). Not a 408 or 429 (later, it
+    says), nor a refused partial answer of a store that is down: those pass."""
+    if err.kind in ("bad_response", "timeout"):
+        return True
+    if err.kind != "http_4xx" or err.status in (408, 429):
+        return False
+    text = err.detail.lower()
+    return not any(marker in text for marker in _STORE_DOWN)
+
 
 # (component, grid slots, finite values, slots inside the series' span it has no value at)
 # A leader's gap this short is a missed scrape, not a gang gone: the autoscaler holds a
@@ -204,7 +219,7 @@ async def backfill_demand(
     # each leader's last slot with a value, for a missed scrape across two chunks' edge
     last_slot: dict[tuple[ComponentKey, str], int] = {}
     errors: list[str] = []
-    refused = 0
+    refusals = 0
     chunks_total = 0
     for query_name, keys in sorted(by_query.items()):
         keys_set = set(keys)
@@ -227,7 +242,7 @@ async def backfill_demand(
                 points = await asyncio.get_running_loop().run_in_executor(executor, fetch)
             except PrometheusUnavailable as err:
                 errors.append(str(err))
-                refused += err.kind in REFUSALS
+                refusals += refused(err)
                 continue
             for key, pod, slots, values, holes in points:
                 np.add.at(sums[key], slots, values)
@@ -258,5 +273,5 @@ async def backfill_demand(
         chunks_total=chunks_total,
         chunks_failed=len(errors),
         errors=tuple(errors),
-        chunks_refused=refused,
+        chunks_refused=refusals,
     )

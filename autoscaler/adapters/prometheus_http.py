@@ -51,11 +51,14 @@ class PrometheusUnavailable(PrometheusSourceError):
     """A query got no usable answer: `kind` is timeout, connection, http_4xx, http_5xx or
     bad_response."""
 
-    def __init__(self, query_name: str, *, kind: str, detail: str) -> None:
+    def __init__(
+        self, query_name: str, *, kind: str, detail: str, status: int | None = None
+    ) -> None:
         super().__init__(f"{query_name}: {kind}: {detail}")
         self.query_name = query_name
         self.kind = kind
         self.detail = detail
+        self.status = status  # the HTTP status of an error answer
 
 
 @dataclass
@@ -316,7 +319,7 @@ class PrometheusHttp:
                         "a header value requests refuses (leading whitespace or a line "
                         "break; the value is not shown): check the token file and headers"
                     )
-                error = PrometheusUnavailable(name, kind=kind, detail=detail)
+                error = PrometheusUnavailable(name, kind=kind, detail=detail, status=status)
                 error.__cause__ = err
                 retryable = kind == "connection" or status in RETRYABLE_STATUSES
                 if retryable and attempt < self.retries:

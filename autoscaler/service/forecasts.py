@@ -42,11 +42,12 @@ DEFAULT_STEP_S = 300.0
 DEFAULT_REFIT_INTERVAL_S = 900.0
 BACKFILL_STEP_S = 60.0
 # A back-fill whose every range query failed is tried again every minute. While they get no
-# answer (or a 5xx) and no live demand is read either, Prometheus is down (restarting with
-# the cluster, replaying its WAL for a quarter of an hour) and it is tried until it answers.
-# Once Prometheus refuses them (a 4xx: too many samples, a partial answer refused), or live
-# demand is read while they still fail, it gives up after ten tries and forecasts from live
-# data only. The component forecasts nothing meanwhile.
+# answer (or a 5xx, a 429, a store still coming up) and no live demand is read either,
+# Prometheus is down (restarting with the cluster, replaying its WAL for a quarter of an
+# hour) and it is tried until it answers. Ten tries that Prometheus refused (too many
+# samples, too heavy to finish: `prometheus_backfill.refused`), or ten tries with live
+# demand read meanwhile, and it gives up and forecasts from live data only. The component
+# forecasts nothing meanwhile.
 BACKFILL_ATTEMPTS = 10
 BACKFILL_RETRY_S = 60.0
 # Histories fed to their forecasters between two turns of the event loop: 2,000 components'
@@ -228,12 +229,14 @@ class DemandForecasts:
                     components, end_s=end_s, days=self._demand_days, step_s=self.backfill_step_s
                 )
                 attempt = 1
+                refusals = int(result.chunks_refused > 0)
                 while result.chunks_total and result.chunks_failed == result.chunks_total:
                     ours = list(filter(still_ours, keys))
                     if not ours:
                         return
-                    down = result.chunks_refused == 0 and not self._live_demand_read(ours)
-                    if attempt >= self.backfill_attempts and not down:
+                    if refusals >= self.backfill_attempts or (
+                        attempt >= self.backfill_attempts and self._live_demand_read(ours)
+                    ):
                         break  # Prometheus answers; it will not run the range queries
                     # Prometheus down (restarted with the service, say): try again while the
                     # live ticks wait in `_pending`, since history cannot be added behind them
@@ -241,8 +244,8 @@ class DemandForecasts:
                         self._backfill_errors[key] = (
                             f"all {result.chunks_total} range queries failed; "
                             f"retrying in {self.backfill_retry_s:g}s (attempt {attempt + 1}; "
-                            f"until Prometheus answers, at most {self.backfill_attempts} once "
-                            "it refuses them or live demand is read)"
+                            f"until Prometheus answers; {self.backfill_attempts} refused, or "
+                            "with live demand read, and it stops)"
                         )
                     log.warning(
                         "demand back-fill of %d components failed (attempt %d): %s; retrying "
@@ -260,6 +263,7 @@ class DemandForecasts:
                         days=self._demand_days,
                         step_s=self.backfill_step_s,
                     )
+                    refusals += result.chunks_refused > 0
                 read_nothing = (
                     result.chunks_total > 0 and result.chunks_failed == result.chunks_total
                 )

@@ -22,7 +22,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from autoscaler.adapters.prometheus_backfill import backfill_demand
+from autoscaler.adapters.prometheus_backfill import backfill_demand, refused
+from autoscaler.adapters.prometheus_http import PrometheusUnavailable
 from autoscaler.adapters.prometheus_queries import PrometheusQueries
 from autoscaler.adapters.prometheus_source import PrometheusSource
 from autoscaler.core.model import Component, ComponentKey
@@ -355,3 +356,26 @@ async def test_a_leader_skipped_across_two_chunks_edge_is_missing_too(tmp_path: 
     assert np.isnan(values[29:31]).all()  # missing, never the other leader's half
     assert values[:28] == pytest.approx(1000, rel=1e-3)
     assert values[32:] == pytest.approx(1000, rel=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("kind", "status", "detail", "is_refusal"),
+    [
+        pytest.param("http_4xx", 422, "query processing would load too many samples", True,
+                     id="too-many-samples"),
+        pytest.param("http_4xx", 400, "bad_data: parse error", True, id="bad-query"),
+        pytest.param("bad_response", None, "expected a result list", True, id="malformed"),
+        pytest.param("timeout", None, "deadline passed", True, id="too-heavy-to-finish"),
+        pytest.param("http_4xx", 429, "too many outstanding requests", False, id="429-later"),
+        pytest.param("http_4xx", 408, "request timeout", False, id="408-later"),
+        pytest.param("http_4xx", 422, "partial response disabled; rpc error: code = Unavailable",
+                     False, id="thanos-store-coming-up"),
+        pytest.param("http_5xx", 503, "Service Unavailable", False, id="503-down"),
+        pytest.param("connection", None, "connection refused", False, id="down"),
+    ],
+)  # fmt: skip
+def test_which_failures_are_refusals(kind, status, detail, is_refusal) -> None:
+    """A refusal stops the back-fill after its tries; anything that passes with time (a
+    Prometheus or Thanos store still coming up, a rate limit) is waited for."""
+    error = PrometheusUnavailable("prefill_demand", kind=kind, detail=detail, status=status)
+    assert refused(error) is is_refusal

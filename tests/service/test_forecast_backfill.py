@@ -188,6 +188,30 @@ async def test_refused_range_queries_give_up_without_live_demand_and_free_the_qu
         assert not forecasts._pending
 
 
+async def test_tries_while_prometheus_was_down_do_not_count_as_refusals(
+    pool: ThreadPoolExecutor,
+) -> None:
+    """Four tries met a Prometheus that was down, then one refused a query while it came up,
+    then it answered: one budget for both gave up at the first refusal, a call before the
+    history was there."""
+    answers = [503] * 4 + [422]
+
+    async def prometheus(request: web.Request) -> web.Response:
+        if _is_range(request) and answers:
+            return web.Response(status=answers.pop(0), text="not now")
+        return web.json_response(EMPTY_MATRIX)
+
+    async with backfilling(
+        prometheus, pool, timeout_s=2, backfill_days=0.25, backfill_attempts=3,
+        backfill_retry_s=0.05,
+    ) as (forecasts, source, _):  # fmt: skip
+        forecasts.start_backfill(source, [(KEY, Component.PREFILL)], now_s=time.time())
+        await wait_until(
+            lambda: forecasts.status(KEY).backfilled, timeout_s=10, what="the back-fill"
+        )
+        assert not answers and forecasts.status(KEY).backfill_error is None
+
+
 async def test_components_seen_while_a_backfill_runs_are_read_together_next(
     pool: ThreadPoolExecutor,
 ) -> None:
