@@ -233,8 +233,9 @@ async def test_a_leader_that_reads_another_holder_stops_at_once():
 
 async def test_a_lease_deleted_under_its_leader_is_taken_only_after_its_deadline():
     """The standby finds the Lease gone and creates it: it waits until the holder it last
-    read has passed its renew deadline, by which that holder has stopped whatever it
-    read since. Before, it led at once, while the old leader kept writing."""
+    read has passed its lease duration (its renew deadline is within it), by which that
+    holder has stopped whatever it read since. Before, it led at once, while the old leader
+    kept writing."""
     async with FakeKube.start() as kube, kube.api_client() as api_a, kube.api_client() as api_b:
         a, b = await _leader_and_standby(api_a, api_b)
         try:
@@ -273,6 +274,32 @@ async def test_a_holder_s_own_lease_duration_decides_when_it_expired():
             waited = time.monotonic() - last_renewal
             assert waited >= SLOW_LEASE["lease_duration_s"] - LEASE["retry_period_s"]
         finally:
+            await b.stop(release=False)
+
+
+async def test_a_lease_deleted_under_a_holder_with_a_longer_lease_waits_out_its_own():
+    """Mid-rollout of a shorter lease: the holder has 6 s (renew deadline 4 s), the standby
+    3 s (2 s). The Lease deleted, the standby created it and acted after its own renew
+    deadline, 2 s, while the holder could still write for 4 s."""
+    async with FakeKube.start() as kube, kube.api_client() as api_a, kube.api_client() as api_b:
+        a = LeaderElector(api_a, identity="a", lease_namespace=NS, **SLOW_LEASE)
+        b = LeaderElector(api_b, identity="b", lease_namespace=NS, **LEASE)
+        a.start()
+        await asyncio.wait_for(a.became_leader.wait(), 5)
+        b.start()
+        try:
+            await asyncio.sleep(1.5)
+            await _renewed(kube, "a")
+            await _renewed(kube, "a")  # b has read this record: a's last
+            last_renewal = time.monotonic()
+            await a.stop(release=False)
+            kube.remove("leases", NS, "gang-autoscaler")
+            while not b.is_leader and time.monotonic() - last_renewal < 12:
+                await asyncio.sleep(0.02)
+            assert b.is_leader
+            assert time.monotonic() - last_renewal >= SLOW_LEASE["renew_deadline_s"]
+        finally:
+            await a.stop(release=False)
             await b.stop(release=False)
 
 
