@@ -28,11 +28,11 @@ def balloon_gangs(
     capacity per gang to read it by (a forecaster error, a restart before back-fill), the
     balloon gangs held stay within the bounds: missing data never gives capacity back.
 
-    A buffer keeps one balloon gang more than the upper bound needs while that bound is
-    within `tolerance` of needing it, as a scale-down waits outside the reactive step's
-    band: an upper bound wavering around a gang's boundary (2,999 and 3,001 at 1,000 a gang)
-    deleted and created a balloon gang on alternate ticks, and with a node autoscaler every
-    re-created Pending gang can order a GPU node.
+    A buffer keeps the balloon gangs it holds while the upper bound is within `tolerance`
+    of one gang's capacity of needing them: an upper bound wavering around a gang's
+    boundary (2,999 and 3,001 at 1,000 a gang) deleted and created a balloon gang on
+    alternate ticks, and with a node autoscaler every re-created Pending gang can order a
+    GPU node.
 
     Never more than the gangs `max-replicas` still allows: a balloon gang is capacity for
     the component to grow into, and one it may never use would only hold GPUs (and, Pending,
@@ -50,13 +50,16 @@ def balloon_gangs(
             f"upper bound {forecast.upper:g} needs {upper_gangs} gangs, {desired_gangs} desired"
         )
         if wanted < current_balloons:
-            # Within the band, at most one gang more than wanted is kept: the band is for a
-            # boundary wavered around, and 10 % of a large deployment's bound is many gangs.
-            band_gangs = gangs_for_demand(forecast.upper * (1 + tolerance), capacity)
-            kept = min(current_balloons, band_gangs - desired_gangs, wanted + 1)
-            if kept > wanted:
+            # The band is a fraction of one gang: it is for a boundary wavered around, and
+            # 10 % of a large deployment's whole bound would keep a gang more for good.
+            band_gangs = gangs_for_demand(forecast.upper + tolerance * capacity, capacity)
+            kept = min(current_balloons, band_gangs - desired_gangs)
+            if kept > max(wanted, 0):
                 wanted = kept
-                detail = f"{detail}; within {tolerance:.0%} of needing {kept}: kept"
+                detail = (
+                    f"{detail}; within {tolerance:.0%} of a gang of needing {kept} balloon "
+                    "gangs: kept"
+                )
         if wanted < policy.min_buffer:
             gangs, reason = policy.min_buffer, Reason.BUFFER_MIN
         elif wanted > policy.max_buffer:

@@ -628,9 +628,9 @@ def test_buffer_covers_the_upper_bound_within_min_and_max():
         pytest.param(1, 2_999, 1, id="held-one-needs-one"),
         pytest.param(1, 3_001, 2, id="growth-is-not-damped"),
         pytest.param(2, 2_999, 2, id="just-under-the-boundary-keeps-two"),
-        pytest.param(2, 2_700, 1, id="ten-percent-under-gives-one-back"),
+        pytest.param(2, 2_950, 2, id="a-tenth-of-a-gang-under-keeps-two"),
+        pytest.param(2, 2_850, 1, id="more-than-a-tenth-under-gives-one-back"),
         pytest.param(2, 900, 0, id="a-fall-gives-all-back"),
-        pytest.param(2, 1_990, 1, id="within-the-band-one-gang-more-at-most"),
     ],
 )
 def test_a_buffer_shrinks_only_past_the_tolerance(held, upper, expected):
@@ -644,14 +644,17 @@ def test_a_buffer_shrinks_only_past_the_tolerance(held, upper, expected):
     assert result.balloon_gangs == expected
 
 
-def test_the_buffer_band_keeps_one_gang_more_at_most_however_large_the_bound():
+def test_the_buffer_band_is_a_fraction_of_one_gang_however_large_the_bound():
     """10 % of a large deployment's upper bound is many gangs: 20 balloon gangs held and an
-    upper bound fallen to 11 gangs over what is desired kept all 20."""
+    upper bound fallen to 11 gangs over what is desired kept all 20, and one just under a
+    boundary kept a gang more for good."""
     pol = policy(capacity_per_replica=1000, max_replicas=200, max_buffer=30)
     component = replace(obs(ready=90, waiting=360, kv=0.78), balloon_gangs=20)
-    result, _ = decide(component, pol, fc=forecast(90_000, upper=101_000))
-    assert result.desired_gangs == 90
-    assert result.balloon_gangs == 12  # 11 the bound needs, one more within the band
+    result, _ = decide(component, pol, fc=forecast(90_000, upper=100_500))
+    assert (result.desired_gangs, result.balloon_gangs) == (90, 11)
+    component = replace(component, balloon_gangs=6)
+    result, _ = decide(component, pol, fc=forecast(90_000, upper=94_500))
+    assert result.balloon_gangs == 5  # half a gang under the boundary: given back
 
 
 @pytest.mark.parametrize(
