@@ -898,3 +898,32 @@ def test_a_release_name_that_makes_no_object_name_is_refused(chart: helm.Chart, 
     assert f'release name "{release}" does not make valid object names' in str(refused.value)
     assert "fullnameOverride" in str(refused.value)
     render_objects(chart, {"fullnameOverride": "ga-prod"}, release=release)
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "settings"),
+    [
+        pytest.param("balloonImage", "pause:3.10\u00a0", {"balloon_image": "pause:3.10\u00a0"},
+                     id="balloon-image"),
+        pytest.param("prometheus.url", "http://prometheus\u00a0:9090",
+                     {"prometheus_url": "http://prometheus\u00a0:9090"}, id="url"),
+        pytest.param("prometheus.url", "http://prometheus:9090/\u2003",
+                     {"prometheus_url": "http://prometheus:9090/\u2003"}, id="url-em-space"),
+    ],
+)  # fmt: skip
+def test_a_unicode_space_the_service_refuses_is_refused_at_render_time(
+    chart: helm.Chart,
+    monkeypatch: pytest.MonkeyPatch,
+    path: str,
+    value: str,
+    settings: dict[str, Any],
+) -> None:
+    """A no-break space copied from a wiki: the chart's Go regexes read `\\s` as ASCII only,
+    the service's as Unicode, so the pods rendered fine and crash-looped on `invalid
+    settings`."""
+    _clear_settings_env(monkeypatch)
+    with pytest.raises(ValidationError):  # the service's own rule
+        RunSettings(**{"prometheus_url": "http://prometheus:9090", **settings})
+    with pytest.raises(helm.HelmError) as refused:
+        chart.render(values=_with(path, value), name="ga", namespace=NAMESPACE, is_install=True)
+    assert path.replace(".", "/") in str(refused.value) or path in str(refused.value)

@@ -212,7 +212,7 @@ service refuses it at start. The message does not echo the URL. */}}
 {{- end }}
 {{- /* as the service checks it at start: a host, and a port that is a number (http://prom:abc
 and http://:9090 passed the schema's pattern, then the pod crash-looped) */}}
-{{- if not (regexMatch "^https?://(\\[[0-9a-fA-F:.]+\\]|[^\\s/?#:\\[\\]@]+)(:(6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5]?[0-9]{1,4})?)?([/?#].*)?$" $prometheus.url) }}
+{{- if not (regexMatch "^https?://(\\[[0-9a-fA-F:.]+\\]|[^\\s\\v\\x{85}\\p{Z}/?#:\\[\\]@]+)(:(6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5]?[0-9]{1,4})?)?([/?#].*)?$" $prometheus.url) }}
 {{- fail "prometheus.url needs a host and, if given, a port from 0 to 65535: http://HOST:PORT" }}
 {{- end }}
 {{- $caBundle := $prometheus.caBundle }}
