@@ -184,9 +184,10 @@ async def test_a_silent_api_server_cannot_stall_the_release_on_shutdown():
 SLOW_LEASE = dict(lease_duration_s=6, renew_deadline_s=4, retry_period_s=1)
 
 
-async def _leader_and_standby(api_a, api_b, **durations):
-    a = LeaderElector(api_a, identity="a", lease_namespace=NS, **(durations or SLOW_LEASE))
-    b = LeaderElector(api_b, identity="b", lease_namespace=NS, **SLOW_LEASE)
+async def _leader_and_standby(api_a, api_b, *, standby=SLOW_LEASE):
+    """a leads with SLOW_LEASE; b, with `standby`'s durations, has read a's record."""
+    a = LeaderElector(api_a, identity="a", lease_namespace=NS, **SLOW_LEASE)
+    b = LeaderElector(api_b, identity="b", lease_namespace=NS, **standby)
     a.start()
     await asyncio.wait_for(a.became_leader.wait(), 5)
     b.start()
@@ -260,13 +261,8 @@ async def test_a_holder_s_own_lease_duration_decides_when_it_expired():
     Lease of a leader with 6 s after 3 s of silence, while the leader was still inside
     its 4 s renew deadline. The duration written in the Lease counts, as in client-go."""
     async with FakeKube.start() as kube, kube.api_client() as api_a, kube.api_client() as api_b:
-        a = LeaderElector(api_a, identity="a", lease_namespace=NS, **SLOW_LEASE)
-        b = LeaderElector(api_b, identity="b", lease_namespace=NS, **LEASE)
-        a.start()
-        await asyncio.wait_for(a.became_leader.wait(), 5)
-        b.start()
+        a, b = await _leader_and_standby(api_a, api_b, standby=LEASE)
         try:
-            await asyncio.sleep(1.5)
             await _renewed(kube, "a")
             last_renewal = time.monotonic()
             await a.stop(release=False)
@@ -282,13 +278,8 @@ async def test_a_lease_deleted_under_a_holder_with_a_longer_lease_waits_out_its_
     3 s (2 s). The Lease deleted, the standby created it and acted after its own renew
     deadline, 2 s, while the holder could still write for 4 s."""
     async with FakeKube.start() as kube, kube.api_client() as api_a, kube.api_client() as api_b:
-        a = LeaderElector(api_a, identity="a", lease_namespace=NS, **SLOW_LEASE)
-        b = LeaderElector(api_b, identity="b", lease_namespace=NS, **LEASE)
-        a.start()
-        await asyncio.wait_for(a.became_leader.wait(), 5)
-        b.start()
+        a, b = await _leader_and_standby(api_a, api_b, standby=LEASE)
         try:
-            await asyncio.sleep(1.5)
             await _renewed(kube, "a")
             await _renewed(kube, "a")  # b has read this record: a's last
             last_renewal = time.monotonic()

@@ -24,6 +24,8 @@ from tests.harness.http_stub import serve
 from tests.service.stack import wait_until
 
 KEY = ComponentKey("serving", "llm")
+# one 6-hour range query per back-fill, retried at once
+QUICK = {"backfill_days": 0.25, "backfill_retry_s": 0.05}
 EMPTY_MATRIX = {"status": "success", "data": {"resultType": "matrix", "result": []}}
 
 
@@ -108,9 +110,8 @@ async def test_a_prometheus_down_longer_than_the_tries_is_waited_for(
         prometheus,
         pool,
         timeout_s=2,
-        backfill_days=0.25,
+        **QUICK,
         backfill_attempts=2,
-        backfill_retry_s=0.05,
     ) as (forecasts, source, _):
         forecasts.start_backfill(source, [(KEY, Component.PREFILL)], now_s=time.time())
         forecasts.record(KEY, now_s=time.time(), demand=None)  # the ticks read nothing
@@ -137,9 +138,8 @@ async def test_range_queries_refused_while_live_demand_is_read_give_up_and_say_s
         prometheus,
         pool,
         timeout_s=2,
-        backfill_days=0.25,
+        **QUICK,
         backfill_attempts=3,
-        backfill_retry_s=0.05,
     ) as (forecasts, source, seen):
         forecasts.start_backfill(source, [(KEY, Component.PREFILL)], now_s=time.time())
         forecasts.record(KEY, now_s=time.time(), demand=1000.0)
@@ -170,9 +170,8 @@ async def test_refused_range_queries_give_up_without_live_demand_and_free_the_qu
         prometheus,
         pool,
         timeout_s=2,
-        backfill_days=0.25,
+        **QUICK,
         backfill_attempts=3,
-        backfill_retry_s=0.05,
     ) as (forecasts, source, seen):
         forecasts.start_backfill(source, [(parked, Component.PREFILL)], now_s=time.time())
         forecasts.record(parked, now_s=time.time(), demand=None)  # at zero gangs
@@ -202,8 +201,7 @@ async def test_tries_while_prometheus_was_down_do_not_count_as_refusals(
         return web.json_response(EMPTY_MATRIX)
 
     async with backfilling(
-        prometheus, pool, timeout_s=2, backfill_days=0.25, backfill_attempts=3,
-        backfill_retry_s=0.05,
+        prometheus, pool, timeout_s=2, backfill_attempts=3, **QUICK,
     ) as (forecasts, source, _):  # fmt: skip
         forecasts.start_backfill(source, [(KEY, Component.PREFILL)], now_s=time.time())
         await wait_until(
