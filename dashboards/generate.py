@@ -239,8 +239,16 @@ def deployment_dashboard() -> dict[str, Any]:
             3,
             "Partial gangs",
             "Gangs with some pods placed and some Pending: they hold GPUs and serve nothing. "
-            "Past gang-timeout they count as not ready and are scaled away.",
-            [(f"max by (component) (gang_autoscaler_partial_gangs{{{s}}})", "{{component}}")],
+            "Past gang-timeout they count as not ready and are scaled away. Unplaced: gangs "
+            "with no pod placed past gang-timeout, kept while the cluster can grow (nodes "
+            "slow or not coming, or pods refused).",
+            [
+                (f"max by (component) (gang_autoscaler_partial_gangs{{{s}}})", "{{component}}"),
+                (
+                    f"max by (component) (gang_autoscaler_unplaced_gangs{{{s}}})",
+                    "{{component}} unplaced",
+                ),
+            ],
             unit="none",
             grid=(12, 9, 12, 8),
             draw="bars",

@@ -1,7 +1,7 @@
 """The act step: carry a `GangPlan` out on the cluster, and say what was done.
 
 Per component: report a rejected policy (Warning Event, no write), scale the LWS through
-`/scale`, report rolled-back and stuck partial gangs, and bring its balloon gangs to the
+`/scale`, report rolled-back, stuck and unplaced gangs, and bring its balloon gangs to the
 planned count. Everything is idempotent: repeating a plan after a crash changes nothing
 that is already right. Balloon pods are listed fresh from the API for every pass, not taken
 from the watch cache, so a lagging watch never makes a whole balloon gang look partial.
@@ -402,6 +402,20 @@ class Actuator:
                     f"groups {list(plan.stuck_groups)} stay partially scheduled past "
                     "gang-timeout; they are below the desired count and are kept",
                     found.policy,
+                ),
+            )
+        if plan.unplaced_groups and not dry:
+            await self._event(
+                ref,
+                notes,
+                type_=WARNING,
+                reason="GangUnplaced",
+                message=(
+                    f"groups {list(plan.unplaced_groups)} have had no pod placed for longer "
+                    "than gang-timeout; they hold no GPU and are kept while the cluster can "
+                    "grow: check that the node autoscaler can add nodes of this shape, and the "
+                    "pods' events (a ResourceQuota or a webhook refusing them, or earlier pods "
+                    "still terminating)"
                 ),
             )
 

@@ -163,6 +163,7 @@ def _draft(
     *,
     deployment: DeploymentKey,
     now: float,
+    can_grow: bool,
     tolerance: float,
     demand_window_s: float,
 ) -> _Draft:
@@ -172,6 +173,7 @@ def _draft(
         obs,
         gang_timeout_s=policy.gang_timeout_s,
         now=now,
+        can_grow=can_grow,
         first_seen=memory.not_ready_first_seen,
     )
     proposal = reactive_proposal(obs, policy, tolerance=tolerance)
@@ -518,14 +520,17 @@ def _roll_back(
     # Down to the floor at most: when every gang timed out, those above it still go.
     keep = max(spec - d.ages.top_timed_out, min(floor, spec))
     if d.ages.top_timed_out and d.gangs > keep and keep < spec:
+        removed = range(keep, spec)
+        waiting = [i for i in removed if i not in timed_out]
         d.step(
             "partial_gangs",
             keep,
             Reason.PARTIAL_GANG_ROLLED_BACK,
             "; ".join(
                 [
-                    f"groups {list(range(keep, spec))} not ready after "
-                    f"{d.policy.gang_timeout_s:g}s",
+                    f"groups {[i for i in removed if i in timed_out]} not ready after "
+                    f"{d.policy.gang_timeout_s:g}s"
+                    + (f" (with groups {waiting} waiting for nodes above them)" if waiting else ""),
                     *(f"gang-timeout {c.message}" for c in policy_cautions(d.policy)),
                 ]
             ),
@@ -582,6 +587,7 @@ def plan(
                 memory.of(key),
                 deployment=dep,
                 now=now,
+                can_grow=observations.cluster.can_grow,
                 tolerance=tolerance,
                 demand_window_s=demand_window_s,
             )
@@ -629,6 +635,7 @@ def plan(
                 steps=tuple(d.steps),
                 rolled_back_groups=rolled,
                 stuck_groups=stuck,
+                unplaced_groups=tuple(i for i in d.ages.unplaced if i < d.gangs),
                 capacity_per_gang=d.capacity,
                 forgotten_capacity_per_gang=d.forgotten_capacity,
                 burst_factor=d.burst.value if d.burst is not None else None,

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from autoscaler.core.model import ComponentKey
+from autoscaler.core.partial_gangs import Sighting
 
 
 class Reason(enum.StrEnum):
@@ -84,6 +85,8 @@ class ComponentPlan:
     rolled_back_groups: tuple[int, ...] = ()
     # partial gangs past their timeout that stay (below the desired count): reported only
     stuck_groups: tuple[int, ...] = ()
+    # gangs with no pod placed past their timeout, kept while the cluster can grow: reported
+    unplaced_groups: tuple[int, ...] = ()
     capacity_per_gang: float | None = None
     # a capacity per gang learned for another gang template, dropped by this plan
     forgotten_capacity_per_gang: float | None = None
@@ -130,8 +133,8 @@ class ComponentMemory:
     # the proposal that caused the last scale-up, so gangs still starting are not stacked
     # on unless the need grew beyond it
     last_scale_up_need: int | None = None
-    # (group index, time this loop first saw it not ready) of every not-ready group
-    not_ready_first_seen: tuple[tuple[int, float], ...] = ()
+    # when this loop first saw each not-ready group in its present phase (holding GPUs or not)
+    not_ready_first_seen: tuple[Sighting, ...] = ()
     # (time_s, demand) readings of the last half hour, for the forecast floor's burst factor
     demand_samples: tuple[tuple[float, float], ...] = ()
 

@@ -1,27 +1,52 @@
 """Step 7: gangs that never finish scheduling, and gangs still starting.
 
-A partial gang holds GPUs and serves nothing. Past its timeout it counts as not ready, and
-when it sits at the top of the LWS (LWS removes the highest group indexes first) it is
-scaled away. One below the desired count is reported as stuck instead: removing it would
-also remove ready gangs above it.
+A gang with a pod placed but not ready (partial, or every pod placed and not serving) holds
+GPUs and serves nothing. Past its timeout it counts as not ready, and when it sits at the
+top of the LWS (LWS removes the highest group indexes first) it is scaled away. One below
+the desired count is reported as stuck instead: removing it would also remove ready gangs
+above it.
+
+A gang with no pod placed holds nothing. While the cluster can grow it is waiting for the
+nodes ordered for it (a GPU node can take far longer than `gang-timeout` to come): scaling
+it away frees nothing, only churns the LWS and the node autoscaler's plans (a queued
+provisioning request starts over), so it stays and is reported once past the timeout. When
+the cluster cannot grow, nothing is coming for it, and it times out like a partial gang.
 
 Must not import: asyncio, aiohttp, kubernetes_asyncio, prometheus_api_client, statsmodels.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from autoscaler.core.model import ComponentObservation, GangState
 
 
 @dataclass(frozen=True, slots=True)
+class Sighting:
+    """When this loop first saw a not-ready group in its present phase, holding GPUs (a pod
+    placed) or not, and how long it held GPUs in its earlier phases since it was last ready.
+    A gang that waited an hour for its nodes has held GPUs only since its first pod was
+    placed; one whose pods are evicted and placed again keeps the time it held them."""
+
+    group_index: int
+    since_s: float
+    holding: bool
+    held_before_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
 class GangAges:
-    timed_out: tuple[int, ...]  # group indexes not ready for longer than the timeout
-    starting: tuple[int, ...]  # group indexes not ready yet, within the timeout
-    top_timed_out: int  # how many of the highest group indexes in a row are timed out
-    # (group index, time this loop first saw it not ready) of every not-ready group
-    first_seen: tuple[tuple[int, float], ...] = ()
+    timed_out: tuple[int, ...]  # group indexes past the timeout, to scale away or report
+    # group indexes not ready yet, within the timeout: nothing is stacked on them
+    starting: tuple[int, ...]
+    # how many of the highest group indexes in a row to scale away: timed out, or waiting
+    # for nodes above one that is (LWS removes the highest groups first)
+    top_timed_out: int
+    # the present phase's first sighting of every not-ready group
+    first_seen: tuple[Sighting, ...] = ()
+    # group indexes with no pod placed past the timeout, kept: the cluster can still grow
+    unplaced: tuple[int, ...] = ()
 
 
 def aged_from(reported_s: float | None, first_seen_s: float) -> float:
@@ -32,45 +57,75 @@ def aged_from(reported_s: float | None, first_seen_s: float) -> float:
     return first_seen_s if reported_s is None else max(reported_s, first_seen_s)
 
 
+def _next_sighting(before: Sighting | None, index: int, *, holding: bool, now: float) -> Sighting:
+    """The record of a not-ready group after this tick's sighting."""
+    if before is None:
+        return Sighting(index, now, holding)
+    # a sighting stamped after now predates a step back of the clock: from now
+    since = min(before.since_s, now)
+    if before.holding == holding:
+        return replace(before, since_s=since)
+    held = before.held_before_s + (now - since if before.holding else 0.0)
+    return Sighting(index, now, holding, held)
+
+
 def classify(
     obs: ComponentObservation,
     *,
     gang_timeout_s: float,
     now: float,
-    first_seen: tuple[tuple[int, float], ...] = (),
+    can_grow: bool = True,
+    first_seen: tuple[Sighting, ...] = (),
 ) -> GangAges:
     """Age every group below the spec that is not ready, from the later of two starts: what
-    its pods say (`not_ready_since_s`) and the first tick that saw it not ready
-    (`first_seen`, remembered between ticks).
+    its pods say (`not_ready_since_s`) and the first tick that saw it not ready in its
+    present phase (`first_seen`, remembered between ticks).
 
     The pods' timestamps come from the API server's clock and `now` from this process's:
     a clock running ahead of the API server's would age a gang still loading its weights
     past its timeout and scale it away, on every scale-up. The tick's own record cannot be
     skewed; it is also what ages a group whose pods give no start (none created yet,
-    because a quota or webhook refuses them, or a member gone), so such a group times out
-    like any other. The price: after a restart, which forgets the record, a partial gang
-    waits one more timeout before it is scaled away."""
+    because a quota or webhook refuses them). The price: after a restart, which forgets the
+    record, a partial gang waits one more timeout before it is scaled away.
+
+    A group with no pod placed, the cluster able to grow (`can_grow`), is not timed out on
+    its own: within the timeout it is `starting` (nothing is stacked on it unless the need
+    grows) and past it `unplaced`, for the operator to hear of a node order or a pod
+    creation that is not coming. Scaling it away frees nothing. It goes only with a
+    timed-out gang below it (LWS removes the highest groups first)."""
     timed_out: list[int] = []
     starting: list[int] = []
-    seen = dict(first_seen)
-    remembered: list[tuple[int, float]] = []
+    unplaced: list[int] = []
+    waits_for_nodes: set[int] = set()
+    seen = {s.group_index: s for s in first_seen}
+    remembered: list[Sighting] = []
     by_index = {g.group_index: g for g in obs.gangs}
     for index in range(obs.spec_gangs):
         gang = by_index.get(index)
         if gang is not None and gang.state is GangState.READY:
             continue
-        # a first sighting stamped after now predates a step back of the clock: from now
-        first = min(seen.get(index, now), now)
-        remembered.append((index, first))
-        since = aged_from(gang.not_ready_since_s if gang is not None else None, first)
-        if now - since > gang_timeout_s:
+        holding = gang is not None and gang.pods_scheduled > 0
+        sighting = _next_sighting(seen.get(index), index, holding=holding, now=now)
+        remembered.append(sighting)
+        since = aged_from(gang.not_ready_since_s if gang is not None else None, sighting.since_s)
+        age = now - since + (sighting.held_before_s if holding else 0.0)
+        if not holding and can_grow:
+            waits_for_nodes.add(index)
+            (unplaced if age > gang_timeout_s else starting).append(index)
+        elif age > gang_timeout_s:
             timed_out.append(index)
         else:
             starting.append(index)
-    top = 0
+    # The run at the top to scale away: timed out, or waiting for nodes above a timed-out
+    # gang (LWS removes the highest groups, so removing that gang takes them too).
+    top = run = 0
     timed = set(timed_out)
     for index in range(obs.spec_gangs - 1, -1, -1):
-        if index not in timed:
+        if index in timed:
+            run += 1
+            top = run
+        elif index in waits_for_nodes:
+            run += 1
+        else:
             break
-        top += 1
-    return GangAges(tuple(timed_out), tuple(starting), top, tuple(remembered))
+    return GangAges(tuple(timed_out), tuple(starting), top, tuple(remembered), tuple(unplaced))

@@ -373,8 +373,9 @@ def policy_cautions(policy: Policy) -> tuple[PolicyProblem, ...]:
     """Valid annotations that work against each other: said, never held on.
 
     A `gang-timeout` shorter than `lead-time` scales away, as a partial gang, a new gang
-    still waiting for a node or loading its weights when start-up takes as long as the
-    operator says it may. Not refused: the lead time is an estimate, and a component whose
+    whose nodes come one by one or that is loading its weights when start-up takes as long
+    as the operator says it may (a gang with no pod placed waits while the cluster can
+    grow). Not refused: the lead time is an estimate, and a component whose
     operator only raised it would otherwise stop scaling."""
     cautions: list[PolicyProblem] = []
     if policy.gang_timeout_s < policy.lead_time_s:

@@ -588,6 +588,7 @@ class ControlLoop:
                 forecast_demand=forecast.point if forecast else None,
                 forecast_demand_upper=forecast.upper if forecast else None,
                 burst_factor=plan.burst_factor,
+                unplaced_gangs=len(plan.unplaced_groups) if obs else None,
             )
             identity = identities.get(key)
             if identity is not None:

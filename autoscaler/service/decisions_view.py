@@ -104,6 +104,7 @@ def plan_view(plan: ComponentPlan | None) -> dict[str, Any] | None:
         "burst_factor": _number(plan.burst_factor),
         "rolled_back_groups": list(plan.rolled_back_groups),
         "stuck_groups": list(plan.stuck_groups),
+        "unplaced_groups": list(plan.unplaced_groups),
         "steps": [
             {"stage": s.stage, "gangs": s.gangs, "reason": s.reason.value, "detail": s.detail}
             for s in plan.steps

@@ -123,6 +123,13 @@ class ServiceMetrics:
             COMPONENT_LABELS,
             registry=r,
         )
+        self.unplaced_gangs = Gauge(
+            PREFIX + "unplaced_gangs",
+            "Gangs with no pod placed for longer than gang-timeout, kept while the cluster "
+            "can grow: nodes that are slow or not coming, or pods refused (a quota).",
+            COMPONENT_LABELS,
+            registry=r,
+        )
         self.balloon_gangs = Gauge(
             PREFIX + "balloon_gangs",
             "Balloon gangs that exist for the component (all members present).",
@@ -273,6 +280,7 @@ class ServiceMetrics:
         forecast_demand: float | None,
         forecast_demand_upper: float | None,
         burst_factor: float | None = None,
+        unplaced_gangs: int | None = None,
     ) -> None:
         """Set every gauge of one component from one tick; None removes that series."""
         self.component_info.labels(*labels.values(), labels.lws).set(1)
@@ -281,6 +289,7 @@ class ServiceMetrics:
             (self.desired_gangs, desired_gangs),
             (self.ready_gangs, ready_gangs),
             (self.partial_gangs, partial_gangs),
+            (self.unplaced_gangs, unplaced_gangs),
             (self.balloon_gangs, balloon_gangs),
             (self.desired_balloon_gangs, desired_balloon_gangs),
             (self.demand, demand),
@@ -342,6 +351,7 @@ class ServiceMetrics:
             self.desired_gangs,
             self.ready_gangs,
             self.partial_gangs,
+            self.unplaced_gangs,
             self.balloon_gangs,
             self.desired_balloon_gangs,
             self.demand,

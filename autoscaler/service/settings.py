@@ -433,7 +433,10 @@ class RunSettings(BaseSettings):
     )
     cluster_can_grow: bool = Field(
         default=True,
-        description="The cluster has a node autoscaler: request gangs beyond what fits now.",
+        description=(
+            "The cluster has a node autoscaler: request gangs beyond what fits now, and keep "
+            "a gang with no pod placed past gang-timeout (its nodes are coming)."
+        ),
     )
     balloon_image: str = Field(
         default=PAUSE_IMAGE,

@@ -289,6 +289,47 @@ async def test_partial_decode_gang_is_scaled_away_after_its_timeout_with_an_even
     assert "gang-timeout 60s is shorter than lead-time (300s)" in rolled["message"]
 
 
+async def test_a_decode_gang_waiting_for_nodes_is_kept_past_its_timeout_with_an_event(
+    kube, adapter
+):
+    """4 nodes: prefill and decode group 0 take them all, decode group 1 has no pod placed.
+    It holds no GPU and the cluster can grow: it was scaled away at the timeout and asked
+    for again on the next tick, every timeout, so its nodes never came."""
+    add_gpu_nodes(kube, 4)
+    add_pd(kube, decode=2, extra={"gang-autoscaler.io/gang-timeout": "1m"})
+    await settle(adapter, kube)
+    state = adapter.snapshot(now_s=time.time())
+    decode = state.observations({}).components[DECODE]
+    assert [g.state for g in decode.gangs] == [GangState.READY, GangState.PENDING]
+
+    signals = {
+        PREFILL: Signals(waiting_requests=4.0, kv_usage_fraction=0.8),
+        DECODE: Signals(waiting_requests=8.0, kv_usage_fraction=0.8),
+    }
+    observations = state.observations(signals)
+    now = time.time()
+    _, memory = core_plan(observations, state.policies, {}, Memory(), now=now)
+    after, _ = core_plan(observations, state.policies, {}, memory, now=now + 3600)
+    decode_plan = after.components[DECODE]
+    assert (decode_plan.desired_gangs, decode_plan.rolled_back_groups) == (2, ())
+    assert decode_plan.unplaced_groups == (1,)
+    await adapter.apply(after, state, dry_run=False)
+    assert spec_replicas(kube, "llama-decode") == 2
+    assert events(kube, "PartialGangRolledBack") == []
+    (event,) = events(kube, "GangUnplaced")
+    assert event["type"] == "Warning"
+    assert event["message"].startswith(
+        "groups [1] have had no pod placed for longer than gang-timeout; they hold no GPU"
+    )
+
+    # the same gang with no node to come: scaled away, as nothing will place it
+    fixed = dataclasses.replace(
+        observations, cluster=dataclasses.replace(observations.cluster, can_grow=False)
+    )
+    capped, _ = core_plan(fixed, state.policies, {}, memory, now=now + 3600)
+    assert capped.components[DECODE].rolled_back_groups == (1,)
+
+
 async def test_a_stuck_gang_event_says_when_the_timeout_is_shorter_than_the_lead_time(
     kube, adapter
 ):

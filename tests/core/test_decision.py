@@ -19,6 +19,7 @@ from autoscaler.core.model import (
     NodeCapacity,
     Signals,
 )
+from autoscaler.core.partial_gangs import Sighting
 from autoscaler.core.policy import Policy
 from autoscaler.core.shape import GangShape, PodShape
 from tests.core.builders import (
@@ -237,10 +238,10 @@ def test_a_partial_gang_first_seen_after_a_clock_step_back_ages_from_now():
     """A first sighting stamped a day ahead kept a gang partial by its pods for an hour
     from ever timing out; now it times out one gang-timeout after the step."""
     component = third_gang_partial(since=NOW - 3600)
-    ahead = ComponentMemory(not_ready_first_seen=((2, NOW + 86_400),))
+    ahead = ComponentMemory(not_ready_first_seen=(held(2, NOW + 86_400),))
     result, memory = decide(component, policy(gang_timeout="10m"), memory=ahead)
     assert result.rolled_back_groups == ()
-    assert memory.not_ready_first_seen == ((2, NOW),)
+    assert memory.not_ready_first_seen == (held(2, NOW),)
     result, _ = decide(component, policy(gang_timeout="10m"), memory=memory, now=NOW + 601)
     assert result.rolled_back_groups == (2,)
 
@@ -679,6 +680,16 @@ def test_balloon_gangs_stop_where_max_replicas_does(max_replicas, min_buffer, ex
 # --- partial and starting gangs -------------------------------------------------------
 
 
+def held(group: int, since: float) -> Sighting:
+    """A not-ready group first seen holding GPUs (a pod placed) at `since`."""
+    return Sighting(group, since, holding=True)
+
+
+def unplaced(group: int, since: float) -> Sighting:
+    """A not-ready group first seen with no pod placed at `since`."""
+    return Sighting(group, since, holding=False)
+
+
 def gangs_with(*states: tuple[int, int, float | None]) -> tuple[GangStatus, ...]:
     """(pods_scheduled, pods_ready, not_ready_since) per group of 2 pods."""
     return tuple(GangStatus(i, 2, s, r, since) for i, (s, r, since) in enumerate(states))
@@ -698,7 +709,7 @@ def third_gang_partial(*, since: float | None) -> ComponentObservation:
 
 def test_partial_gang_past_its_timeout_is_scaled_away_with_its_reason():
     component = third_gang_partial(since=NOW - 700)
-    seen = ComponentMemory(not_ready_first_seen=((2, NOW - 690),))
+    seen = ComponentMemory(not_ready_first_seen=(held(2, NOW - 690),))
     result, _ = decide(component, policy(gang_timeout="10m"), memory=seen)
     assert result.desired_gangs == 2
     assert result.reason is Reason.PARTIAL_GANG_ROLLED_BACK
@@ -714,7 +725,7 @@ def test_partial_gang_past_its_timeout_is_scaled_away_with_its_reason():
 )
 def test_a_roll_back_says_when_the_timeout_is_shorter_than_the_lead_time(lead_time, cautioned):
     component = third_gang_partial(since=NOW - 700)
-    seen = ComponentMemory(not_ready_first_seen=((2, NOW - 690),))
+    seen = ComponentMemory(not_ready_first_seen=(held(2, NOW - 690),))
     result, _ = decide(component, policy(gang_timeout="10m", lead_time=lead_time), memory=seen)
     assert result.reason is Reason.PARTIAL_GANG_ROLLED_BACK
     assert result.detail.startswith("groups [2] not ready after 600s")
@@ -746,7 +757,9 @@ def test_a_scale_down_keeps_the_ready_gangs_the_count_asks_for(
     gangs = (group_0, GangStatus(1, 2, 2, 2), GangStatus(2, 2, 2, 2))
     ready = sum(g.state is GangState.READY for g in gangs)
     component = obs(ready=ready, spec=3, waiting=0, kv=0.3 * 2 / ready, gangs=gangs)
-    memory = ComponentMemory(proposals=((NOW - 301, 3),), not_ready_first_seen=((0, NOW - 1200),))
+    memory = ComponentMemory(
+        proposals=((NOW - 301, 3),), not_ready_first_seen=(held(0, NOW - 1200),)
+    )
     result, _ = decide(
         component, policy(gang_timeout="10m", max_replicas=max_replicas), memory=memory
     )
@@ -841,27 +854,108 @@ def test_timed_out_gang_below_the_desired_count_is_reported_stuck_not_removed():
         kv=0.78,
         gangs=gangs_with((1, 0, NOW - 900), (2, 2, None), (2, 2, None)),
     )
-    seen = ComponentMemory(not_ready_first_seen=((0, NOW - 900),))
+    seen = ComponentMemory(not_ready_first_seen=(held(0, NOW - 900),))
     result, _ = decide(component, policy(gang_timeout="10m"), memory=seen)
     assert result.desired_gangs == 3
     assert result.stuck_groups == (0,)
     assert result.rolled_back_groups == ()
 
 
-def test_a_group_whose_pods_are_never_created_times_out_from_when_it_was_first_seen():
-    # group 2 has no pod at all (a ResourceQuota or a webhook refuses them): no pod says
-    # since when, so the core ages it from the first tick that saw it
+def test_a_group_with_no_pod_placed_waits_for_the_nodes_while_the_cluster_can_grow():
+    """Group 2 has no pod placed (its nodes are still coming, or a quota refuses its pods).
+    It holds no GPU: scaling it away frees nothing and would cancel the node order, and
+    requesting it again would start the wait over. It was scaled away after gang-timeout,
+    then requested again on the next tick, every gang-timeout."""
     component = obs(ready=2, spec=3, waiting=8, kv=0.78, gangs=ready_gangs(2))
     pol = policy(gang_timeout="10m")
     first, memory = decide(component, pol)
-    assert first.desired_gangs == 3 and first.rolled_back_groups == ()
-    assert memory.not_ready_first_seen == ((2, NOW),)
+    assert (first.desired_gangs, first.rolled_back_groups, first.unplaced_groups) == (3, (), ())
+    assert memory.not_ready_first_seen == (unplaced(2, NOW),)
 
-    earlier = replace(memory, not_ready_first_seen=((2, NOW - 601),))
-    result, after = decide(component, pol, memory=earlier)
+    later, after = decide(component, pol, memory=memory, now=NOW + 3600)
+    assert later.desired_gangs == 3
+    assert (later.rolled_back_groups, later.stuck_groups) == ((), ())
+    assert later.unplaced_groups == (2,)  # reported, for an Event
+    assert after.not_ready_first_seen == (unplaced(2, NOW),)  # kept until it is placed
+
+    # within its timeout it is starting: a need no larger does not stack another gang on
+    # it; past it, waiting no longer holds a new need back (a gang whose node died and is
+    # not coming back would hold it for good)
+    busier = obs(ready=2, spec=3, waiting=14, kv=0.78, gangs=ready_gangs(2))  # wants 4
+    ordered = replace(memory, last_scale_up_need=3)
+    stacked, _ = decide(busier, pol, memory=ordered, now=NOW + 60)
+    assert (stacked.desired_gangs, stacked.reason) == (3, Reason.HOLD_GANGS_STARTING)
+    stacked, _ = decide(busier, pol, memory=ordered, now=NOW + 3600)
+    assert stacked.desired_gangs == 4
+
+
+def test_a_group_with_no_pod_placed_times_out_when_the_cluster_cannot_grow():
+    component = obs(ready=2, spec=3, waiting=8, kv=0.78, gangs=ready_gangs(2))
+    pol = policy(gang_timeout="10m")
+    earlier = ComponentMemory(not_ready_first_seen=(unplaced(2, NOW - 601),))
+    result, after = decide(component, pol, memory=earlier, can_grow=False)
     assert result.rolled_back_groups == (2,)
     assert result.reason is Reason.PARTIAL_GANG_ROLLED_BACK
-    assert after.not_ready_first_seen == ((2, NOW - 601),)  # kept until the group is ready
+    assert result.unplaced_groups == ()
+    assert after.not_ready_first_seen == (unplaced(2, NOW - 601),)
+
+
+def test_a_gang_is_timed_out_from_when_it_first_holds_gpus_not_from_its_request():
+    """A gang that waited an hour for its nodes has held GPUs only since its first pod was
+    placed: timing it from its request scaled it away as soon as it started loading."""
+    waited = third_gang_partial(since=NOW - 3600)  # one pod placed, pods an hour old
+    pol = policy(gang_timeout="10m")
+    memory = ComponentMemory(not_ready_first_seen=(unplaced(2, NOW - 3600),))
+    result, after = decide(waited, pol, memory=memory)
+    assert result.rolled_back_groups == ()
+    assert after.not_ready_first_seen == (held(2, NOW),)
+    result, _ = decide(waited, pol, memory=after, now=NOW + 601)
+    assert result.rolled_back_groups == (2,)
+
+
+def test_a_gang_whose_pods_are_evicted_keeps_the_time_it_held_gpus():
+    """Its only placed pod evicted (a spot node reclaimed), a partial gang holds nothing and
+    waits for a node like a new gang; placed again, it goes on from the time it had held
+    GPUs. Starting over on each placement, a gang evicted more often than once per
+    gang-timeout was never scaled away."""
+    pol = policy(gang_timeout="10m")
+
+    def third(scheduled: int) -> ComponentObservation:
+        states = ((2, 2, None), (2, 2, None), (scheduled, 0, NOW - 3600))
+        return obs(ready=2, spec=3, waiting=8, kv=0.78, gangs=gangs_with(*states))
+
+    memory = ComponentMemory(not_ready_first_seen=(held(2, NOW - 540),))
+    evicted, memory = decide(third(0), pol, memory=memory)
+    assert (evicted.rolled_back_groups, evicted.unplaced_groups) == ((), ())
+    assert memory.not_ready_first_seen == (Sighting(2, NOW, holding=False, held_before_s=540),)
+    placed, memory = decide(third(1), pol, memory=memory, now=NOW + 30)
+    assert placed.rolled_back_groups == ()
+    assert memory.not_ready_first_seen == (Sighting(2, NOW + 30, True, held_before_s=540),)
+    later, _ = decide(third(1), pol, memory=memory, now=NOW + 91)  # 540 + 61 s held
+    assert later.rolled_back_groups == (2,)
+
+
+def test_a_gang_waiting_for_nodes_above_a_timed_out_one_goes_with_it():
+    """Group 2 holds GPUs past its timeout; group 3, above it, has no pod placed. LWS
+    removes the highest groups, so group 2 goes only with group 3: a waiting gang at the
+    top kept the gang below it, holding GPUs, for good."""
+    gangs = gangs_with((2, 2, None), (2, 2, None), (1, 0, NOW - 900))
+    component = obs(ready=2, spec=4, waiting=12, kv=0.78, gangs=gangs)
+    seen = ComponentMemory(not_ready_first_seen=(held(2, NOW - 900), unplaced(3, NOW - 60)))
+    result, _ = decide(component, policy(gang_timeout="10m"), memory=seen)
+    assert (result.desired_gangs, result.reason) == (2, Reason.PARTIAL_GANG_ROLLED_BACK)
+    assert (result.rolled_back_groups, result.stuck_groups) == ((2,), ())
+    assert result.detail.startswith(
+        "groups [2] not ready after 600s (with groups [3] waiting for nodes above them)"
+    )
+
+
+def test_a_gang_waiting_for_nodes_that_a_scale_down_removes_is_not_reported_kept():
+    component = obs(ready=2, spec=3, waiting=0, kv=0.1, gangs=ready_gangs(2))
+    seen = ComponentMemory(not_ready_first_seen=(unplaced(2, NOW - 3600),))
+    result, _ = decide(component, policy(gang_timeout="10m", scale_down_window="0s"), memory=seen)
+    assert result.desired_gangs < 3
+    assert result.unplaced_groups == ()
 
 
 @pytest.mark.parametrize(
@@ -881,21 +975,21 @@ def test_a_gang_is_aged_from_the_later_of_its_pods_start_and_its_first_sighting(
     pods_since, first_seen, timed_out
 ):
     component = third_gang_partial(since=pods_since)
-    seen = ComponentMemory(not_ready_first_seen=((2, first_seen),))
+    seen = ComponentMemory(not_ready_first_seen=(held(2, first_seen),))
     result, after = decide(component, policy(gang_timeout="10m"), memory=seen)
     assert result.rolled_back_groups == ((2,) if timed_out else ())
-    assert after.not_ready_first_seen == ((2, first_seen),)
+    assert after.not_ready_first_seen == (held(2, first_seen),)
 
 
 def test_a_gang_first_seen_not_ready_is_remembered_from_now():
     component = third_gang_partial(since=NOW - 3600)
     result, after = decide(component, policy(gang_timeout="10m"))
     assert result.rolled_back_groups == ()
-    assert after.not_ready_first_seen == ((2, NOW),)
+    assert after.not_ready_first_seen == (held(2, NOW),)
 
 
 def test_a_group_once_ready_is_forgotten_by_the_first_seen_memory():
-    memory = ComponentMemory(not_ready_first_seen=((2, NOW - 601),))
+    memory = ComponentMemory(not_ready_first_seen=(held(2, NOW - 601),))
     _, after = decide(obs(ready=3, waiting=8, kv=0.78), policy(), memory=memory)
     assert after.not_ready_first_seen == ()
 
@@ -1391,7 +1485,7 @@ def test_every_gang_timed_out_still_rolls_back_down_to_the_minimum():
         kv=None,
         gangs=gangs_with((1, 0, NOW - 900), (1, 0, NOW - 900), (1, 0, NOW - 900)),
     )
-    seen = ComponentMemory(not_ready_first_seen=tuple((i, NOW - 900) for i in range(3)))
+    seen = ComponentMemory(not_ready_first_seen=tuple(held(i, NOW - 900) for i in range(3)))
     result, _ = decide(component, policy(min_replicas=1, gang_timeout="10m"), memory=seen)
     assert result.desired_gangs == 1
     assert result.rolled_back_groups == (1, 2)

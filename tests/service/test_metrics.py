@@ -28,6 +28,7 @@ def _observe(metrics: ServiceMetrics, **overrides: float | None) -> None:
         "desired_gangs": 3,
         "ready_gangs": 2,
         "partial_gangs": 1,
+        "unplaced_gangs": 1,
         "balloon_gangs": 1,
         "desired_balloon_gangs": 2,
         "demand": 1200.0,
@@ -49,6 +50,7 @@ def test_component_gauges_carry_namespace_deployment_component() -> None:
     samples = _samples(metrics)
     assert samples[("gang_autoscaler_desired_gangs", LABELS)] == 3
     assert samples[("gang_autoscaler_partial_gangs", LABELS)] == 1
+    assert samples[("gang_autoscaler_unplaced_gangs", LABELS)] == 1
     assert samples[("gang_autoscaler_forecast_demand_upper", LABELS)] == 2100.0
     assert samples[("gang_autoscaler_burst_factor", LABELS)] == 1.42
     info = LABELS | {("lws", "llama-d")}
