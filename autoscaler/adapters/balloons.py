@@ -575,6 +575,16 @@ class BalloonResult:
     failed: tuple[str, ...]  # one line per failed gang or pod
 
 
+def merged_results(first: BalloonResult, then: BalloonResult) -> BalloonResult:
+    """One pass's result carried out in two parts (the deletions, then the creations)."""
+    return BalloonResult(
+        first.deleted_pods + then.deleted_pods,
+        first.created_gangs + then.created_gangs,
+        first.broken_gangs,
+        first.failed + then.failed,
+    )
+
+
 CREATE_RETRY_S = 15.0
 MAX_CREATE_RETRY_S = 300.0
 

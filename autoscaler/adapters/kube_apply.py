@@ -21,7 +21,7 @@ import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kubernetes_asyncio import client
@@ -33,6 +33,7 @@ from autoscaler.adapters.balloons import (
     BalloonResult,
     BalloonWriter,
     balloons_by_lws,
+    merged_results,
     plan_balloons,
     shape_digest,
 )
@@ -65,6 +66,7 @@ from autoscaler.adapters.lws_scaler import LwsScaler, ScaleOutcome, ScaleResult
 from autoscaler.core.gang_plan import ComponentPlan, GangPlan, Reason
 from autoscaler.core.model import ComponentKey
 from autoscaler.core.policy import PREFIX, Policy, policy_cautions
+from autoscaler.core.shape import GangShape
 
 log = logging.getLogger(__name__)
 
@@ -364,6 +366,26 @@ class Actuator:
         if plan is None or found.shape is None:
             return ComponentApplied(key, dry)
 
+        balloon_plan = None
+        if balloon_pods is not None:
+            balloon_plan = await self._balloon_plan(
+                comp, plan, balloon_pods, ref, notes, shape=found.shape, dry=dry, now_s=now_s
+            )
+        # A ResourceQuota counts balloon pods: on a scale-up, the pods of a gang that takes
+        # a given-up balloon gang's place are refused until that balloon gang is gone, and
+        # the StatefulSet controller backs off before creating them again. So the balloon
+        # gangs given up go first.
+        early: BalloonResult | None = None
+        scaling_up = plan.changes_replicas and plan.desired_gangs > plan.current_gangs
+        if balloon_plan is not None and balloon_plan.delete_pods and scaling_up and not dry:
+            self._check_leader()
+            early = await self._balloons.carry_out(
+                found.lws,
+                shape=found.shape,
+                plan=replace(balloon_plan, create_gangs=()),
+                dry_run=False,
+            )
+
         # The write first, the reports after: an Event's request can take a whole request
         # timeout, and a slow Events store must not hold the scaling back.
         outcome: ScaleOutcome | None = None
@@ -428,44 +450,17 @@ class Actuator:
                 f"scaling {outcome.from_gangs} -> {outcome.to_gangs} gangs failed: "
                 f"{outcome.detail}",
             )
-        if balloon_pods is None:
+        if balloon_pods is None or balloon_plan is None:
             return ComponentApplied(key, dry, outcome, events=tuple(notes), errors=scale_errors)
-        desired_balloons = plan.balloon_gangs
-        if comp.balloon_name_clash is not None:
-            # none made, and those made before the other LWS appeared go: its pods need the names
-            desired_balloons = 0
-            if plan.balloon_gangs:
-                clash = (
-                    f"no balloon gang is made: balloon pods ({key.lws}-balloon-<n>-<member>) "
-                    f"would take the names of LWS {comp.balloon_name_clash}'s pods and keep them "
-                    "from being created; rename one of the two LWS"
-                )
-                # a naming problem, not a failed write: an Event on the LWS, not an error
-                # counted every pass
-                if not dry:
-                    await self._event(
-                        ref, notes, type_=WARNING, reason="BalloonNameClash", message=clash
-                    )
-        balloon_plan = plan_balloons(
-            balloon_pods,
-            lws_name=key.lws,
-            desired_gangs=desired_balloons,
-            pods_per_gang=found.shape.pods_per_gang,
-            digest=shape_digest(found.shape, image=self._balloons.image),
-            now_s=now_s,
-            split_timeout_s=None if found.policy is None else found.policy.gang_timeout_s,
-            split_seen=dict(self._balloon_split_seen.get(key, ())),
-            stranded=comp.balloon_stranded,
-        )
-        self._balloon_split_seen[key] = balloon_plan.split_seen
-        if not balloon_plan.create_gangs:
-            self._balloons.forget(key.namespace, key.lws)
-        result: BalloonResult | None = None
-        if balloon_plan.changes and not dry:
+        result = early
+        rest = balloon_plan if early is None else replace(balloon_plan, delete_pods=())
+        if rest.changes and not dry:
             self._check_leader()
-            result = await self._balloons.carry_out(
-                found.lws, shape=found.shape, plan=balloon_plan, dry_run=False
+            later = await self._balloons.carry_out(
+                found.lws, shape=found.shape, plan=rest, dry_run=False
             )
+            result = later if early is None else merged_results(early, later)
+        if result is not None:
             if balloon_plan.broken_gangs:
                 await self._event(
                     ref,
@@ -491,6 +486,53 @@ class Actuator:
                 )
         errors = scale_errors + (tuple(result.failed) if result else ())
         return ComponentApplied(key, dry, outcome, balloon_plan, result, tuple(notes), errors)
+
+    async def _balloon_plan(
+        self,
+        comp: ComponentState,
+        plan: ComponentPlan,
+        balloon_pods: Sequence[Obj],
+        ref: ObjectRef,
+        notes: list[str],
+        *,
+        shape: GangShape,
+        dry: bool,
+        now_s: float,
+    ) -> BalloonPlan:
+        """What to do with the component's balloon gangs this pass (said, not done)."""
+        found = comp.discovered
+        key = found.key
+        desired_balloons = plan.balloon_gangs
+        if comp.balloon_name_clash is not None:
+            # none made, and those made before the other LWS appeared go: its pods need the names
+            desired_balloons = 0
+            if plan.balloon_gangs:
+                clash = (
+                    f"no balloon gang is made: balloon pods ({key.lws}-balloon-<n>-<member>) "
+                    f"would take the names of LWS {comp.balloon_name_clash}'s pods and keep them "
+                    "from being created; rename one of the two LWS"
+                )
+                # a naming problem, not a failed write: an Event on the LWS, not an error
+                # counted every pass
+                if not dry:
+                    await self._event(
+                        ref, notes, type_=WARNING, reason="BalloonNameClash", message=clash
+                    )
+        balloon_plan = plan_balloons(
+            balloon_pods,
+            lws_name=key.lws,
+            desired_gangs=desired_balloons,
+            pods_per_gang=shape.pods_per_gang,
+            digest=shape_digest(shape, image=self._balloons.image),
+            now_s=now_s,
+            split_timeout_s=None if found.policy is None else found.policy.gang_timeout_s,
+            split_seen=dict(self._balloon_split_seen.get(key, ())),
+            stranded=comp.balloon_stranded,
+        )
+        self._balloon_split_seen[key] = balloon_plan.split_seen
+        if not balloon_plan.create_gangs:
+            self._balloons.forget(key.namespace, key.lws)
+        return balloon_plan
 
     async def _tell_missing_data(
         self, ref: ObjectRef, plan: ComponentPlan, notes: list[str], *, dry: bool
@@ -539,6 +581,13 @@ class Actuator:
                     message=f"scaled {change} ({plan.reason.value}){detail}",
                 )
             if plan.rolled_back_groups:
+                # gangs waiting for nodes above a timed-out one go with it (LWS removes the
+                # highest groups): named, so that no group goes unexplained
+                waiting = sorted(
+                    set(range(plan.desired_gangs, plan.current_gangs))
+                    - set(plan.rolled_back_groups)
+                )
+                with_waiting = f", with groups {waiting} above them" if waiting else ""
                 await self._event(
                     ref,
                     notes,
@@ -546,7 +595,7 @@ class Actuator:
                     reason=camel_reason(Reason.PARTIAL_GANG_ROLLED_BACK.value),
                     message=_with_cautions(
                         f"groups {list(plan.rolled_back_groups)} stayed partially scheduled "
-                        f"past gang-timeout and were scaled away ({change})",
+                        f"past gang-timeout and were scaled away{with_waiting} ({change})",
                         policy,
                     ),
                 )

@@ -519,6 +519,9 @@ def _roll_back(
         floor = max(floor, functional_minimum(d.policy))
     # Down to the floor at most: when every gang timed out, those above it still go.
     keep = max(spec - d.ages.top_timed_out, min(floor, spec))
+    # What goes starts at a timed-out gang: a floor that cuts into the run would otherwise
+    # take only the gangs waiting for nodes above it, and ask for them again next tick.
+    keep = min((i for i in timed_out if keep <= i < spec), default=spec)
     if d.ages.top_timed_out and d.gangs > keep and keep < spec:
         removed = range(keep, spec)
         waiting = [i for i in removed if i not in timed_out]

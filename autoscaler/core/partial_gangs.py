@@ -17,17 +17,19 @@ Must not import: asyncio, aiohttp, kubernetes_asyncio, prometheus_api_client, st
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from autoscaler.core.model import ComponentObservation, GangState
 
 
 @dataclass(frozen=True, slots=True)
 class Sighting:
-    """When this loop first saw a not-ready group in its present phase, holding GPUs (a pod
-    placed) or not, and how long it held GPUs in its earlier phases since it was last ready.
-    A gang that waited an hour for its nodes has held GPUs only since its first pod was
-    placed; one whose pods are evicted and placed again keeps the time it held them."""
+    """Since when a not-ready group has been in its present phase, holding GPUs (a pod
+    placed) or not: the later of this loop's first sighting in it and its pods' own start,
+    the start its age is counted from. And the time counted in its earlier phases since it
+    was last ready. A gang that waited an hour for its nodes has held GPUs only since its
+    first pod was placed; one whose pods are evicted and placed again keeps the time it
+    held them."""
 
     group_index: int
     since_s: float
@@ -43,7 +45,7 @@ class GangAges:
     # how many of the highest group indexes in a row to scale away: timed out, or waiting
     # for nodes above one that is (LWS removes the highest groups first)
     top_timed_out: int
-    # the present phase's first sighting of every not-ready group
+    # the present phase's start of every not-ready group, remembered between ticks
     first_seen: tuple[Sighting, ...] = ()
     # group indexes with no pod placed past the timeout, kept: the cluster can still grow
     unplaced: tuple[int, ...] = ()
@@ -57,16 +59,33 @@ def aged_from(reported_s: float | None, first_seen_s: float) -> float:
     return first_seen_s if reported_s is None else max(reported_s, first_seen_s)
 
 
-def _next_sighting(before: Sighting | None, index: int, *, holding: bool, now: float) -> Sighting:
-    """The record of a not-ready group after this tick's sighting."""
+def _aged(
+    before: Sighting | None,
+    index: int,
+    reported_s: float | None,
+    *,
+    holding: bool,
+    can_grow: bool,
+    now: float,
+) -> tuple[Sighting, float]:
+    """A not-ready group's record after this tick, and its age: the time it has held GPUs
+    since it was last ready (or, waiting for nodes the cluster can add, how long it has
+    waited). When the cluster cannot grow, nothing is coming for a gang waiting for nodes
+    either, and every phase counts."""
     if before is None:
-        return Sighting(index, now, holding)
-    # a sighting stamped after now predates a step back of the clock: from now
-    since = min(before.since_s, now)
-    if before.holding == holding:
-        return replace(before, since_s=since)
-    held = before.held_before_s + (now - since if before.holding else 0.0)
-    return Sighting(index, now, holding, held)
+        first, held_before = now, 0.0
+    elif before.holding == holding:
+        # a sighting stamped after now predates a step back of the clock: from now
+        first, held_before = min(before.since_s, now), before.held_before_s
+    else:  # the phase changed: the one that ended is credited if it counted
+        ended = now - min(before.since_s, now)
+        counted = before.holding or not can_grow
+        first, held_before = now, before.held_before_s + (ended if counted else 0.0)
+    # the start counted from is what is kept, so that a phase change carries over what was
+    # counted; never after now (a pod time ahead of this clock)
+    since = min(aged_from(reported_s, first), now)
+    age = now - since + (held_before if holding or not can_grow else 0.0)
+    return Sighting(index, since, holding, held_before), age
 
 
 def classify(
@@ -105,10 +124,11 @@ def classify(
         if gang is not None and gang.state is GangState.READY:
             continue
         holding = gang is not None and gang.pods_scheduled > 0
-        sighting = _next_sighting(seen.get(index), index, holding=holding, now=now)
+        reported = gang.not_ready_since_s if gang is not None else None
+        sighting, age = _aged(
+            seen.get(index), index, reported, holding=holding, can_grow=can_grow, now=now
+        )
         remembered.append(sighting)
-        since = aged_from(gang.not_ready_since_s if gang is not None else None, sighting.since_s)
-        age = now - since + (sighting.held_before_s if holding else 0.0)
         if not holding and can_grow:
             waits_for_nodes.add(index)
             (unplaced if age > gang_timeout_s else starting).append(index)

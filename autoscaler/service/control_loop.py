@@ -588,7 +588,8 @@ class ControlLoop:
                 forecast_demand=forecast.point if forecast else None,
                 forecast_demand_upper=forecast.upper if forecast else None,
                 burst_factor=plan.burst_factor,
-                unplaced_gangs=len(plan.unplaced_groups) if obs else None,
+                # a held plan does not classify its gangs: no reading, not zero
+                unplaced_gangs=None if plan.hold or not obs else len(plan.unplaced_groups),
             )
             identity = identities.get(key)
             if identity is not None:

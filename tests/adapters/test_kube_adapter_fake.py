@@ -330,6 +330,22 @@ async def test_a_decode_gang_waiting_for_nodes_is_kept_past_its_timeout_with_an_
     assert capped.components[DECODE].rolled_back_groups == (1,)
 
 
+async def test_a_roll_back_event_names_the_waiting_gangs_that_go_with_it(kube, adapter):
+    add_gpu_nodes(kube, 6)
+    add_pd(kube, decode=3)
+    await settle(adapter, kube)
+    state = adapter.snapshot(now_s=time.time())
+    rolled = component_plan(
+        DECODE, current=3, desired=1, reason=Reason.PARTIAL_GANG_ROLLED_BACK, rolled_back=(1,)
+    )
+    await adapter.apply(GangPlan({DECODE: rolled}), state, dry_run=False)
+    (event,) = events(kube, "PartialGangRolledBack")
+    assert event["message"] == (
+        "groups [1] stayed partially scheduled past gang-timeout and were scaled away, with "
+        "groups [2] above them (3 -> 1 gangs)"
+    )
+
+
 async def test_a_stuck_gang_event_says_when_the_timeout_is_shorter_than_the_lead_time(
     kube, adapter
 ):
@@ -1452,6 +1468,30 @@ async def test_balloon_gangs_of_two_exclusive_lws_of_a_namespace_never_share_a_d
     assert sorted(placed.values(), key=str) == sorted([{"r2"}, {None}], key=str)
 
 
+async def test_a_scale_up_deletes_the_balloon_gangs_it_gives_up_before_it_scales(kube, adapter):
+    """A ResourceQuota counts balloon pods: the new gang's pods were refused while the
+    balloon gang it replaces still stood (deleted after the scale write), and the
+    StatefulSet controller backs off before it creates them again."""
+    add_gpu_nodes(kube, 8)
+    add_pd(kube)
+    await settle(adapter, kube)
+    grow = GangPlan({DECODE: component_plan(DECODE, current=1, desired=1, balloons=2)})
+    await adapter.apply(grow, adapter.snapshot(now_s=time.time()), dry_run=False)
+    await settle(adapter, kube)
+    assert len(balloon_pods(kube, "llama-decode")) == 4
+    first = len(kube.request_log)
+    swap = GangPlan({DECODE: component_plan(DECODE, current=1, desired=2, balloons=1)})
+    report = await adapter.apply(swap, adapter.snapshot(now_s=time.time()), dry_run=False)
+    writes = [(method, path) for method, path, _ in kube.request_log[first:] if method != "GET"]
+    deletes = [i for i, (method, path) in enumerate(writes) if method == "DELETE"]
+    (scale,) = [i for i, (method, path) in enumerate(writes) if path.endswith("/scale")]
+    assert len(deletes) == 2 and max(deletes) < scale, writes
+    applied = report.components[DECODE]
+    assert applied.scale is not None and applied.scale.result is ScaleResult.SCALED
+    assert applied.balloons is not None and len(applied.balloons.deleted_pods) == 2
+    assert spec_replicas(kube, "llama-decode") == 2
+
+
 async def test_balloon_gangs_copy_the_lws_shape_and_hold_one_topology_domain(kube, adapter):
     add_gpu_nodes(kube, 6)
     decode_exclusive(kube, replicas=1)
@@ -1976,7 +2016,9 @@ async def test_core_plan_drives_buffer_and_scale_up_end_to_end(kube, adapter):
     assert second.components[key].desired_gangs == 2
     assert second.components[key].balloon_gangs == 1
     assert spec_replicas(kube, "chat") == 2
-    assert len(kube.preemptions) >= 1  # the new gang took a balloon gang's nodes
+    # the new gang took the nodes of the balloon gang given up, deleted before the scale:
+    # nothing left to preempt
+    assert kube.preemptions == []
     real = lws_pods(kube, "chat")
     assert len(real) == 4 and all(p["spec"].get("nodeName") for p in real)
 

@@ -958,6 +958,48 @@ def test_a_gang_waiting_for_nodes_that_a_scale_down_removes_is_not_reported_kept
     assert result.unplaced_groups == ()
 
 
+def test_a_floor_that_cuts_the_run_never_takes_only_the_waiting_gangs():
+    """Group 0 holds GPUs past its timeout, group 1 (a scale-up) waits for nodes, and
+    min-replicas is 1: removing group 1 alone freed nothing and, group 0 being timed out
+    and so not starting, the next tick asked for it again, every other tick."""
+    gangs = gangs_with((1, 0, NOW - 900))
+    component = obs(ready=0, spec=2, waiting=None, kv=None, gangs=gangs)
+    seen = ComponentMemory(not_ready_first_seen=(held(0, NOW - 900), unplaced(1, NOW - 30)))
+    result, _ = decide(component, policy(min_replicas=1, gang_timeout="10m"), memory=seen)
+    assert result.desired_gangs == 2
+    assert (result.rolled_back_groups, result.stuck_groups) == ((), (0,))
+
+
+@pytest.mark.parametrize(
+    ("can_grow", "timed_out"),
+    [
+        pytest.param(True, False, id="can-grow-only-the-time-held-counts"),
+        pytest.param(False, True, id="cannot-grow-every-phase-counts"),
+    ],
+)
+def test_when_the_cluster_cannot_grow_the_time_waiting_counts_too(can_grow, timed_out):
+    """590 s with no pod placed, then one pod placed: with no node to come, the gang has
+    been not ready for 590 s and gets the 10 s left, not a new gang-timeout."""
+    component = third_gang_partial(since=NOW - 590)
+    seen = ComponentMemory(not_ready_first_seen=(unplaced(2, NOW - 590),))
+    pol = policy(gang_timeout="10m")
+    result, after = decide(component, pol, memory=seen, can_grow=can_grow)
+    assert result.rolled_back_groups == ()
+    later, _ = decide(component, pol, memory=after, can_grow=can_grow, now=NOW + 15)
+    assert later.rolled_back_groups == ((2,) if timed_out else ())
+
+
+def test_a_pod_time_ahead_of_this_clock_takes_nothing_from_the_time_held_before():
+    component = third_gang_partial(since=NOW + 120)  # the API server's clock 2 min ahead
+    seen = ComponentMemory(not_ready_first_seen=(Sighting(2, NOW - 30, True, 575.0),))
+    result, after = decide(component, policy(gang_timeout="10m"), memory=seen)
+    assert result.rolled_back_groups == ()
+    assert after.not_ready_first_seen == (Sighting(2, NOW, True, 575.0),)
+    # from the pods' start once this clock reaches it: 575 + 26 s held
+    later, _ = decide(component, policy(gang_timeout="10m"), memory=after, now=NOW + 146)
+    assert later.rolled_back_groups == (2,)
+
+
 @pytest.mark.parametrize(
     ("pods_since", "first_seen", "timed_out"),
     [
@@ -978,7 +1020,8 @@ def test_a_gang_is_aged_from_the_later_of_its_pods_start_and_its_first_sighting(
     seen = ComponentMemory(not_ready_first_seen=(held(2, first_seen),))
     result, after = decide(component, policy(gang_timeout="10m"), memory=seen)
     assert result.rolled_back_groups == ((2,) if timed_out else ())
-    assert after.not_ready_first_seen == (held(2, first_seen),)
+    # the start counted from is what is remembered
+    assert after.not_ready_first_seen == (held(2, max(pods_since, first_seen)),)
 
 
 def test_a_gang_first_seen_not_ready_is_remembered_from_now():

@@ -35,6 +35,7 @@ NAMESPACES = (
     "wake",
     "scale-refused",
     "regain",
+    "nonodes",
 )
 
 

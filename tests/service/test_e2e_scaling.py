@@ -123,3 +123,68 @@ async def test_a_deployment_at_zero_is_woken_by_the_wake_query(kube: FakeKube, l
         await wait_until(counted, timeout_s=10, what="the wake counted as scale_from_zero")
     finally:
         await running.close()
+
+
+async def test_a_gang_waiting_for_nodes_is_kept_and_reported_not_rolled_back(
+    kube: FakeKube, live: Live
+) -> None:
+    """Every node cordoned once the example's gangs run: the gangs a rising queue asks for
+    have no pod placed. They hold no GPU; scaled away at gang-timeout and asked for again
+    on the next tick, their nodes would never come. Kept, they are reported."""
+    ns = "nonodes"
+    kube.add_namespace(ns)
+    decode = {
+        **NO_BUFFER,
+        "gang-autoscaler.io/forecast": "off",
+        "gang-autoscaler.io/gang-timeout": "2s",
+    }
+    for manifest in pd_manifests(ns, {PREFILL: NO_BUFFER, DECODE: decode}):
+        kube.apply(manifest)
+    live.exporter.set_lws(namespace=ns, lws=PREFILL, waiting=0, kv_usage_fraction=0.1)
+    live.exporter.set_lws(namespace=ns, lws=DECODE, waiting=0, kv_usage_fraction=0.1)
+    await wait_until(
+        lambda: (
+            all(p["spec"].get("nodeName") for p in lws_pods(kube, ns, DECODE))
+            and len(lws_pods(kube, ns, DECODE)) == 4
+        ),
+        timeout_s=10,
+        what="the example's decode gangs placed",
+    )
+    nodes = kube.resource("nodes")
+    for node in kube.objects("nodes"):
+        kube.patch(
+            nodes,
+            None,
+            node["metadata"]["name"],
+            {"spec": {"unschedulable": True}},
+            content_type="application/merge-patch+json",
+        )
+    running = await start_service(kube, settings_for(live.prometheus.url))
+    labels = {"namespace": ns, "deployment": "llama", "component": "decode"}
+    try:
+        live.exporter.set_lws(namespace=ns, lws=DECODE, waiting=6)
+        await wait_until(
+            lambda: spec_gangs(kube, ns, DECODE) >= 3, timeout_s=20, what="decode to scale up"
+        )
+        grown = spec_gangs(kube, ns, DECODE)
+        # past the 2 s gang-timeout several times over, at a 0.5 s tick
+        ticks, seen = running.service.loop.ticks, []
+
+        def waited() -> bool:
+            seen.append(spec_gangs(kube, ns, DECODE))
+            return running.service.loop.ticks >= ticks + 12
+
+        await wait_until(waited, timeout_s=30, what="twelve ticks")
+        assert min(seen) >= grown  # never scaled away
+        reasons = {e["reason"] for e in kube.objects("events", ns)}
+        assert "PartialGangRolledBack" not in reasons
+
+        async def reported() -> bool:
+            return (await running.metric("gang_autoscaler_unplaced_gangs", **labels) or 0) >= 1
+
+        await wait_until(reported, timeout_s=20, what="the unplaced gangs reported")
+        assert "GangUnplaced" in {e["reason"] for e in kube.objects("events", ns)}
+        _, body = await running.get("/decisions")
+        assert body["components"][f"{ns}/{DECODE}"]["plan"]["unplaced_groups"]
+    finally:
+        await running.close()
