@@ -44,7 +44,13 @@ from autoscaler.core.model import (
     GangState,
     Observations,
 )
-from autoscaler.core.partial_gangs import GangAges, classify
+from autoscaler.core.partial_gangs import (
+    GangAges,
+    RollBack,
+    classify,
+    remembered_roll_back,
+    roll_back_wait_s,
+)
 from autoscaler.core.policy import (
     Policy,
     PolicyProblem,
@@ -226,6 +232,9 @@ def _draft(
             learned_template=obs.template,
             saturated=stretch,
             not_ready_first_seen=ages.first_seen,
+            roll_back=remembered_roll_back(
+                memory.roll_back, obs, gang_timeout_s=policy.gang_timeout_s, now=now
+            ),
             demand_samples=demand_samples,
         ),
         capacity=capacity,
@@ -304,6 +313,21 @@ def _draft(
                 f"past {last_need}",
             )
             draft.scale_up_need = allowed
+
+    # Gangs rolled back more than once in a row: not asked for again until a wait is over.
+    roll_back = draft.memory.roll_back
+    if roll_back is not None and draft.gangs > max(current, roll_back.kept_gangs):
+        wait_s = roll_back_wait_s(roll_back, gang_timeout_s=policy.gang_timeout_s)
+        if now < roll_back.at_s + wait_s:
+            allowed = max(current, roll_back.kept_gangs)
+            draft.step(
+                "roll_back_backoff",
+                allowed,
+                Reason.HOLD_ROLL_BACK_BACKOFF if allowed == current else draft.reason,
+                f"gangs above {roll_back.kept_gangs} rolled back {roll_back.in_a_row} times in "
+                f"a row, the last {now - roll_back.at_s:g}s ago: asked for again in "
+                f"{roll_back.at_s + wait_s - now:g}s",
+            )
 
     # Step 3: stabilization and rate limit.
     history = prune_proposals(memory.proposals, window_s=policy.scale_down_window_s, now=now)
@@ -616,6 +640,10 @@ def plan(
         deployment_up = any(d.gangs > 0 for d in members_drafts.values())
         for key, d in members_drafts.items():
             rolled, stuck = _roll_back(d, deployment_up=deployment_up, pd=pd)
+            if rolled:
+                last = d.memory.roll_back
+                streak = 1 if last is None else last.in_a_row + 1
+                d.memory = replace(d.memory, roll_back=RollBack(now, d.gangs, streak))
             balloons, balloon_reason, balloon_detail = balloon_gangs(
                 policy=d.policy,
                 forecast=d.forecast,

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from autoscaler.core.model import ComponentKey
-from autoscaler.core.partial_gangs import Sighting
+from autoscaler.core.partial_gangs import RollBack, Sighting
 
 
 class Reason(enum.StrEnum):
@@ -29,6 +29,7 @@ class Reason(enum.StrEnum):
     HOLD_MISSING_DATA = "hold_missing_data"
     HOLD_POLICY_ERROR = "hold_policy_error"
     HOLD_GANGS_STARTING = "hold_gangs_starting"
+    HOLD_ROLL_BACK_BACKOFF = "hold_roll_back_backoff"
     HOLD_STALE_VIEW = "hold_stale_view"
     # forecast
     FORECAST_FLOOR = "forecast_floor"
@@ -135,6 +136,8 @@ class ComponentMemory:
     last_scale_up_need: int | None = None
     # when this loop first saw each not-ready group in its present phase (holding GPUs or not)
     not_ready_first_seen: tuple[Sighting, ...] = ()
+    # the last roll-back of timed-out gangs, until asking again works (partial_gangs.py)
+    roll_back: RollBack | None = None
     # (time_s, demand) readings of the last half hour, for the forecast floor's burst factor
     demand_samples: tuple[tuple[float, float], ...] = ()
 

@@ -51,6 +51,48 @@ class GangAges:
     unplaced: tuple[int, ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class RollBack:
+    """The last scale-away of timed-out gangs: when, the count it left, and how many in a
+    row (with no gang ready at or above that count in between)."""
+
+    at_s: float
+    kept_gangs: int
+    in_a_row: int = 1
+
+
+# A streak of roll-backs is forgotten this long after its wait ended with no new one.
+ROLL_BACK_MEMORY_S = 3600.0
+MAX_ROLL_BACK_WAIT_S = 3600.0
+
+
+def roll_back_wait_s(roll_back: RollBack, *, gang_timeout_s: float) -> float:
+    """How long after a roll-back the gangs it took are not asked for again. The first is
+    asked for again at once (a partial gang may have lost a race for nodes that is over);
+    from the second in a row, one gang-timeout, doubling, at most an hour (or one
+    gang-timeout, if longer): a gang that never becomes ready (a crash loop, an image that
+    cannot be pulled, a model too large for its GPUs) held its GPUs for nothing all along."""
+    if roll_back.in_a_row < 2:
+        return 0.0
+    wait = gang_timeout_s * 2.0 ** (roll_back.in_a_row - 2)
+    return min(wait, max(MAX_ROLL_BACK_WAIT_S, gang_timeout_s))
+
+
+def remembered_roll_back(
+    roll_back: RollBack | None, obs: ComponentObservation, *, gang_timeout_s: float, now: float
+) -> RollBack | None:
+    """The streak this tick carries on: forgotten once a gang at or above the count it left
+    is ready (asking again worked), or an hour after its wait ended."""
+    if roll_back is None:
+        return None
+    if any(g.state is GangState.READY and g.group_index >= roll_back.kept_gangs for g in obs.gangs):
+        return None
+    wait = roll_back_wait_s(roll_back, gang_timeout_s=gang_timeout_s)
+    if now - roll_back.at_s > wait + ROLL_BACK_MEMORY_S:
+        return None
+    return roll_back
+
+
 def aged_from(reported_s: float | None, first_seen_s: float) -> float:
     """The start a wait is timed from: the later of what the API server's objects report
     (on its clock; None when they say nothing) and when this loop first saw it (on its own),

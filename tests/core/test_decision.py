@@ -19,7 +19,7 @@ from autoscaler.core.model import (
     NodeCapacity,
     Signals,
 )
-from autoscaler.core.partial_gangs import Sighting
+from autoscaler.core.partial_gangs import RollBack, Sighting
 from autoscaler.core.policy import Policy
 from autoscaler.core.shape import GangShape, PodShape
 from tests.core.builders import (
@@ -998,6 +998,44 @@ def test_a_pod_time_ahead_of_this_clock_takes_nothing_from_the_time_held_before(
     # from the pods' start once this clock reaches it: 575 + 26 s held
     later, _ = decide(component, policy(gang_timeout="10m"), memory=after, now=NOW + 146)
     assert later.rolled_back_groups == (2,)
+
+
+def test_gangs_rolled_back_twice_in_a_row_wait_before_they_are_asked_for_again():
+    """A gang that never becomes ready (a crash loop, an image that cannot be pulled) was
+    rolled back and asked for again every gang-timeout, its GPUs held for nothing all
+    along. The first retry is at once; from the second roll-back in a row, a wait of one
+    gang-timeout, doubling."""
+    pol = policy(gang_timeout="10m")
+    wants_three = obs(ready=2, spec=2, waiting=12, kv=0.78, gangs=ready_gangs(2))
+
+    def rolled_back_at(t: float, memory: ComponentMemory) -> ComponentMemory:
+        """Asked for at `t`, group 2 is seen placed and is rolled back 601 s later."""
+        result, memory = decide(wants_three, pol, memory=memory, now=t)
+        assert result.desired_gangs == 3
+        placed = third_gang_partial(since=t)
+        _, memory = decide(placed, pol, memory=memory, now=t + 15)
+        result, memory = decide(placed, pol, memory=memory, now=t + 616)
+        assert result.rolled_back_groups == (2,)
+        return memory
+
+    memory = rolled_back_at(NOW, ComponentMemory())
+    assert memory.roll_back == RollBack(NOW + 616, kept_gangs=2, in_a_row=1)
+    memory = rolled_back_at(NOW + 631, memory)  # the first retry: at once
+    assert memory.roll_back == RollBack(NOW + 1247, kept_gangs=2, in_a_row=2)
+
+    held_back, _ = decide(wants_three, pol, memory=memory, now=NOW + 1262)
+    assert (held_back.desired_gangs, held_back.reason) == (2, Reason.HOLD_ROLL_BACK_BACKOFF)
+    assert held_back.detail.endswith("asked for again in 585s")
+    memory = rolled_back_at(NOW + 1848, memory)  # 601 s after: asked for again
+    held_back, _ = decide(wants_three, pol, memory=memory, now=NOW + 1848 + 616 + 1199)
+    assert held_back.reason is Reason.HOLD_ROLL_BACK_BACKOFF  # the third waits 1200 s
+
+
+def test_a_roll_back_streak_ends_when_asking_again_works():
+    memory = ComponentMemory(roll_back=RollBack(NOW - 700, kept_gangs=2, in_a_row=3))
+    result, after = decide(obs(ready=3, waiting=12, kv=0.78), policy(), memory=memory)
+    assert after.roll_back is None
+    assert result.reason is not Reason.HOLD_ROLL_BACK_BACKOFF
 
 
 @pytest.mark.parametrize(
