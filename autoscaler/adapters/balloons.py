@@ -731,10 +731,10 @@ class BalloonWriter:
         failed: list[str] = []
         if dry_run:
             return BalloonResult((), (), plan.broken_gangs, ())
-        for pod_name in plan.delete_pods:
-            problem = await self._delete(namespace, pod_name)
-            if problem:
-                failed.append(problem)
+        # all at once: on a scale-up these go before the `/scale` write (a quota counts
+        # them), and one round trip after another held it back by a round trip per pod
+        problems = await asyncio.gather(*(self._delete(namespace, p) for p in plan.delete_pods))
+        failed.extend(p for p in problems if p)
         created: list[int] = []
         key = (namespace, str(meta(lws).get("name")))
         now = self._clock()

@@ -1468,10 +1468,7 @@ async def test_balloon_gangs_of_two_exclusive_lws_of_a_namespace_never_share_a_d
     assert sorted(placed.values(), key=str) == sorted([{"r2"}, {None}], key=str)
 
 
-async def test_a_scale_up_deletes_the_balloon_gangs_it_gives_up_before_it_scales(kube, adapter):
-    """A ResourceQuota counts balloon pods: the new gang's pods were refused while the
-    balloon gang it replaces still stood (deleted after the scale write), and the
-    StatefulSet controller backs off before it creates them again."""
+async def decode_with_two_balloon_gangs(kube: FakeKube, adapter: KubeAdapter) -> None:
     add_gpu_nodes(kube, 8)
     add_pd(kube)
     await settle(adapter, kube)
@@ -1479,16 +1476,92 @@ async def test_a_scale_up_deletes_the_balloon_gangs_it_gives_up_before_it_scales
     await adapter.apply(grow, adapter.snapshot(now_s=time.time()), dry_run=False)
     await settle(adapter, kube)
     assert len(balloon_pods(kube, "llama-decode")) == 4
+
+
+def writes_since(kube: FakeKube, first: int) -> list[str]:
+    """The writes since request `first`, Events left out: D(elete), S(cale), C(reate)."""
+    kinds = []
+    for method, path, _ in kube.request_log[first:]:
+        if method == "GET" or "/events" in path:
+            continue
+        kinds.append("D" if method == "DELETE" else "S" if "/scale" in path else "C")
+    return kinds
+
+
+async def test_a_scale_up_deletes_the_balloon_gangs_it_gives_up_before_it_scales(kube, adapter):
+    """A ResourceQuota counts balloon pods: the new gang's pods were refused while the
+    balloon gang it replaces still stood (deleted after the scale write), and the
+    StatefulSet controller backs off before it creates them again. (The fake has no quota
+    admission: the order of the writes is what is checked.)"""
+    await decode_with_two_balloon_gangs(kube, adapter)
     first = len(kube.request_log)
     swap = GangPlan({DECODE: component_plan(DECODE, current=1, desired=2, balloons=1)})
     report = await adapter.apply(swap, adapter.snapshot(now_s=time.time()), dry_run=False)
-    writes = [(method, path) for method, path, _ in kube.request_log[first:] if method != "GET"]
-    deletes = [i for i, (method, path) in enumerate(writes) if method == "DELETE"]
-    (scale,) = [i for i, (method, path) in enumerate(writes) if path.endswith("/scale")]
-    assert len(deletes) == 2 and max(deletes) < scale, writes
+    assert writes_since(kube, first) == ["D", "D", "S"]
     applied = report.components[DECODE]
     assert applied.scale is not None and applied.scale.result is ScaleResult.SCALED
     assert applied.balloons is not None and len(applied.balloons.deleted_pods) == 2
+    assert spec_replicas(kube, "llama-decode") == 2
+
+
+async def test_a_broken_balloon_gang_on_a_scale_up_goes_first_and_comes_back_after(kube, adapter):
+    await decode_with_two_balloon_gangs(kube, adapter)
+    kube.remove("pods", NS, "llama-decode-balloon-1-1")  # gang 1 loses a member
+    await settle(adapter, kube)
+    first = len(kube.request_log)
+    plan = GangPlan({DECODE: component_plan(DECODE, current=1, desired=2, balloons=2)})
+    report = await adapter.apply(plan, adapter.snapshot(now_s=time.time()), dry_run=False)
+    assert writes_since(kube, first) == ["D", "S", "C", "C"]  # a gang's members at once
+    balloons = report.components[DECODE].balloons
+    assert balloons is not None
+    assert balloons.deleted_pods == ("llama-decode-balloon-1-0",)
+    assert (balloons.created_gangs, balloons.broken_gangs, balloons.failed) == ((2,), (1,), ())
+    assert len(events(kube, "BalloonGangRecreated")) == 1
+
+
+async def test_a_refused_early_balloon_delete_is_reported_with_the_later_writes(kube, adapter):
+    await decode_with_two_balloon_gangs(kube, adapter)
+    kube.remove("pods", NS, "llama-decode-balloon-1-1")
+    await settle(adapter, kube)
+    kube.inject_fault(code=403, method="DELETE", path_contains="/pods")
+    plan = GangPlan({DECODE: component_plan(DECODE, current=1, desired=2, balloons=2)})
+    report = await adapter.apply(plan, adapter.snapshot(now_s=time.time()), dry_run=False)
+    applied = report.components[DECODE]
+    assert applied.balloons is not None and applied.balloons.created_gangs == (2,)
+    assert [e for e in applied.errors if e.startswith("delete ")] != []
+    assert len(events(kube, "BalloonWriteFailed")) == 1
+
+
+@pytest.mark.parametrize("by_annotation", [False, True], ids=["dry-run", "dry-run-annotation"])
+async def test_a_dry_run_scale_up_deletes_no_balloon(kube, api, adapter, by_annotation):
+    await decode_with_two_balloon_gangs(kube, adapter)
+    if by_annotation:
+        await client.CustomObjectsApi(api).patch_namespaced_custom_object(
+            LWS_GROUP, LWS_VERSION, NS, LWS_PLURAL, "llama-decode",
+            {"metadata": {"annotations": {"gang-autoscaler.io/dry-run": "true"}}},
+            _content_type="application/merge-patch+json",
+        )  # fmt: skip
+        await settle(adapter, kube)
+    first = len(kube.request_log)
+    swap = GangPlan({DECODE: component_plan(DECODE, current=1, desired=2, balloons=1)})
+    report = await adapter.apply(
+        swap, adapter.snapshot(now_s=time.time()), dry_run=not by_annotation
+    )
+    assert writes_since(kube, first) == []
+    assert report.components[DECODE].balloons is None
+    assert len(balloon_pods(kube, "llama-decode")) == 4
+
+
+async def test_slow_balloon_deletes_before_a_scale_up_are_made_at_once(kube, adapter):
+    """One round trip after another, two deletes answered a second late held the scale
+    write back past a 1.5 s deadline: no scale-up that tick."""
+    await decode_with_two_balloon_gangs(kube, adapter)
+    kube.inject_fault(
+        code=0, method="DELETE", path_contains="/pods", action="slow_answer", stall_s=1.0, times=2
+    )
+    swap = GangPlan({DECODE: component_plan(DECODE, current=1, desired=2, balloons=1)})
+    async with asyncio.timeout(1.5):
+        await adapter.apply(swap, adapter.snapshot(now_s=time.time()), dry_run=False)
     assert spec_replicas(kube, "llama-decode") == 2
 
 
