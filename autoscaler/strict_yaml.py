@@ -7,6 +7,7 @@ the key and both lines. Merge keys (`<<: *defaults`) still override as YAML inte
 
 from __future__ import annotations
 
+import re
 from collections.abc import Hashable, Iterator
 from typing import Any
 
@@ -55,6 +56,38 @@ def _mapping(loader: _StrictLoader, node: MappingNode) -> dict[Any, Any]:
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
 
 
+_INT_TAG = "tag:yaml.org,2002:int"
+_FLOAT_TAG = "tag:yaml.org,2002:float"
+
+
+class _ManifestLoader(_StrictLoader):
+    """Plain scalars typed as Kubernetes reads them (go-yaml, through sigs.k8s.io/yaml), not
+    as YAML 1.1: `1:2` is the text "1:2", not the base-60 number 62, and `8e-1` is a number,
+    not text. Else an unquoted ratio annotation that `kubectl apply` takes was refused, and
+    an unquoted exponent that it refuses (annotation values must be strings) passed."""
+
+
+# its own copy, without YAML 1.1's int and float (and their base-60 forms)
+_ManifestLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag not in (_INT_TAG, _FLOAT_TAG)]
+    for first, resolvers in _StrictLoader.yaml_implicit_resolvers.items()
+}
+_ManifestLoader.add_implicit_resolver(
+    _INT_TAG,
+    re.compile(r"^(?:[-+]?0b[0-1_]+|[-+]?0[0-7_]+|[-+]?(?:0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+)$"),
+    list("-+0123456789"),
+)
+_ManifestLoader.add_implicit_resolver(
+    _FLOAT_TAG,
+    re.compile(
+        r"^(?:[-+]?(?:[0-9][0-9_]*)?\.[0-9_]*(?:[eE][-+]?[0-9]+)?"
+        r"|[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+"
+        r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+    ),
+    list("-+0123456789."),
+)
+
+
 def load(text: str) -> Any:
     """The one document of `text`; `yaml.YAMLError` on bad YAML or a key given twice."""
     return yaml.load(text, Loader=_StrictLoader)
@@ -63,3 +96,9 @@ def load(text: str) -> Any:
 def load_all(text: str) -> Iterator[Any]:
     """Every document of `text`, as `yaml.safe_load_all`, refusing a key given twice."""
     return yaml.load_all(text, Loader=_StrictLoader)
+
+
+def load_all_manifests(text: str) -> Iterator[Any]:
+    """Every document of `text` with scalars typed as Kubernetes types them, refusing a key
+    given twice."""
+    return yaml.load_all(text, Loader=_ManifestLoader)

@@ -104,7 +104,10 @@ class Controller:
 
 
 def controller_of(obj: Mapping[str, Any]) -> Controller | None:
-    owners = (obj.get("metadata") or {}).get("ownerReferences") or ()
+    metadata = obj.get("metadata")
+    owners = metadata.get("ownerReferences") if isinstance(metadata, Mapping) else None
+    if not isinstance(owners, list):  # absent, or a manifest's mistake read by `check`
+        return None
     owner = next(
         (o for o in owners if isinstance(o, Mapping) and o.get("controller") is True), None
     )

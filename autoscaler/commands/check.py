@@ -20,8 +20,10 @@ writes a target another autoscaler owns.
 from __future__ import annotations
 
 import argparse
+import json
+import re
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,7 +39,7 @@ from autoscaler.adapters.kube_discovery import (
     static_role,
     with_defaults,
 )
-from autoscaler.adapters.kube_objects import DS_KIND, ScaleTarget
+from autoscaler.adapters.kube_objects import DS_KIND, DS_NAME_LABEL, DS_ROLE_LABEL, ScaleTarget
 from autoscaler.core.model import ComponentKey, DeploymentKey
 from autoscaler.core.policy import (
     ANNOTATIONS,
@@ -106,6 +108,7 @@ class _Candidate:
     template_path: str = "spec.leaderWorkerTemplate"
     defaults: Mapping[str, str] | None = None  # over the operator's, under its own
     findings: tuple[Finding, ...] = ()
+    role: tuple[str, str] | None = None  # (DisaggregatedSet, role) of a role's candidate
 
 
 def _roles(source: str, doc: Mapping[str, Any]) -> list[_Candidate]:
@@ -155,6 +158,7 @@ def _roles(source: str, doc: Mapping[str, Any]) -> list[_Candidate]:
                 template_path=f"spec.roles[{index}].spec.leaderWorkerTemplate",
                 defaults={PREFIX + "deployment": name},
                 findings=tuple(unscalable),
+                role=(name, role_name),
             )
         )
     return found
@@ -194,7 +198,18 @@ def _candidates(
                 else (),
             )
         )
-    return found
+    # A DisaggregatedSet given with the LWS of its roles (`kubectl get lws,disaggregatedsets
+    # -o yaml`): the service sees only the LWS, so a role is checked once, through its LWS.
+    live = {
+        (c.key.namespace, str(_labels(c.metadata).get(DS_NAME_LABEL)), str(role))
+        for c in found
+        if c.role is None and (role := _labels(c.metadata).get(DS_ROLE_LABEL))
+    }
+    return [c for c in found if c.role is None or (c.key.namespace, *c.role) not in live]
+
+
+def _labels(metadata: Mapping[str, Any]) -> Mapping[str, Any]:
+    return _mapping(metadata.get("labels"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,6 +334,20 @@ def check_documents(
                     )
                 )
             continue
+        if key in where:
+            # two files (or two documents) define one object: `kubectl apply` leaves the last
+            # one, and checking both would count and report it twice
+            first_source, first_subject = where[key]
+            findings.append(
+                Finding(
+                    source,
+                    subject,
+                    "metadata.name",
+                    f"defined twice: also in {first_source} ({first_subject}); the later "
+                    "one replaces the other when applied, and only the first is checked",
+                )
+            )
+            continue
         seen += 1
         where[key] = (source, subject)
         # Its annotations are still checked, and it still counts in its deployment.
@@ -372,41 +401,76 @@ def _read(paths: Iterable[str]) -> tuple[list[tuple[str, Mapping[str, Any]]], li
     documents: list[tuple[str, Mapping[str, Any]]] = []
     errors: list[Finding] = []
     for path in paths:
+        name = "<stdin>" if path == "-" else path
         try:
-            text = Path(path).read_text(encoding="utf-8")
-            for number, doc in enumerate(strict_yaml.load_all(text), start=1):
+            text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+            for number, doc in enumerate(_documents(text), start=1):
                 if doc is None:  # an empty document, e.g. after a trailing `---`
                     continue
                 if not isinstance(doc, dict):
                     # a YAML list of objects, or plain text: said, not passed as "no problems"
                     errors.append(
                         Finding(
-                            path,
+                            name,
                             f"document {number}",
                             "file",
-                            f"a {type(doc).__name__}, not a Kubernetes object (a mapping with "
-                            "kind and metadata); several objects go in documents split by ---, "
-                            "or in a kind: List",
+                            f"{_a(type(doc).__name__)}, not a Kubernetes object (a mapping "
+                            "with kind and metadata); several objects go in documents split "
+                            "by ---, or in a kind: List",
                         )
                     )
                     continue
-                objects, problems = _objects(path, f"document {number}", doc)
+                objects, problems = _objects(name, f"document {number}", doc)
                 documents.extend(objects)
                 errors.extend(problems)
         except OSError as err:
-            errors.append(Finding(path, "-", "file", f"cannot read: {err.strerror or err}"))
+            errors.append(Finding(name, "-", "file", f"cannot read: {err.strerror or err}"))
         except UnicodeDecodeError as err:
             errors.append(
                 Finding(
-                    path,
+                    name,
                     "-",
                     "file",
                     f"not UTF-8 text: byte 0x{err.object[err.start]:02x} at offset {err.start}",
                 )
             )
         except yaml.YAMLError as err:
-            errors.append(Finding(path, "-", "file", f"not valid YAML: {_yaml_problem(err)}"))
+            errors.append(Finding(name, "-", "file", f"not valid YAML: {_yaml_problem(err)}"))
+        except ValueError as err:  # JSON (json.JSONDecodeError is one)
+            errors.append(Finding(name, "-", "file", f"not valid JSON: {err}"))
+        except RecursionError:
+            errors.append(Finding(name, "-", "file", "nested too deeply to read"))
     return documents, errors
+
+
+def _a(noun: str) -> str:
+    return f"{'an' if noun[:1] in 'aeiou' else 'a'} {noun}"
+
+
+def _documents(text: str) -> Iterator[Any]:
+    """The documents of a manifest file: JSON objects one after another (as `kubectl` reads
+    them; tabs and all), or YAML documents with scalars typed as Kubernetes types them."""
+    start = len(text) - len(text.lstrip("\ufeff \t\r\n"))
+    if text[start : start + 1] not in ("{", "["):
+        yield from strict_yaml.load_all_manifests(text)
+        return
+    decoder = json.JSONDecoder(object_pairs_hook=_refuse_duplicate_keys)
+    while start < len(text):
+        doc, end = decoder.raw_decode(text, start)
+        yield doc
+        start = _SPACE.match(text, end).end()  # type: ignore[union-attr]  # \s* always matches
+
+
+_SPACE = re.compile(r"\s*")
+
+
+def _refuse_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in found:
+            raise ValueError(f"found key {key!r} twice; the last one would silently win")
+        found[key] = value
+    return found
 
 
 def _yaml_problem(err: yaml.YAMLError) -> str:
@@ -477,7 +541,12 @@ def add_parser(subparsers: Any) -> None:
         description="Validate the gang-autoscaler.io/* policy annotations of LeaderWorkerSet "
         "objects in YAML manifests. Prints one line per problem and exits 1 on any.",
     )
-    parser.add_argument("files", nargs="+", metavar="FILE", help="YAML manifest files")
+    parser.add_argument(
+        "files",
+        nargs="+",
+        metavar="FILE",
+        help="YAML or JSON manifest files; - reads standard input",
+    )
     defaults = BufferDefaults()
     parser.add_argument(
         "--default-min-buffer",

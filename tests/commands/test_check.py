@@ -678,3 +678,130 @@ def test_a_trailing_document_separator_is_no_finding(tmp_path, capsys):
     path = tmp_path / "lws.yaml"
     path.write_text(LWS.format(name="a", annotations="{}") + "---\n")
     assert main(["check", str(path)]) == 0
+
+
+def test_an_lws_defined_twice_is_reported_once_and_checked_once(tmp_path, capsys):
+    """A copy-paste that left the prefill's name on the decode: the second replaced the
+    first and the check said `no prefill component found`; a file given twice printed every
+    finding twice."""
+    prefill, decode = pd()
+    path = manifest(tmp_path, prefill, ("chat-prefill", decode[1]), decode)
+    assert main(["check", str(path)]) == 1
+    out = capsys.readouterr()
+    assert out.out.splitlines() == [
+        f"{path}: serving/chat-prefill: metadata.name: defined twice: also in {path} "
+        "(serving/chat-prefill); the later one replaces the other when applied, and only the "
+        "first is checked"
+    ]
+    assert "2 opted-in" in out.err
+
+
+def test_a_disaggregated_set_with_its_live_lws_is_checked_through_the_lws(tmp_path, capsys):
+    """`kubectl get lws,disaggregatedsets -o yaml`: each role was checked twice, once as
+    `<set>-<role>` (no such LWS), and the two claimed the same component."""
+    _, ds = _sample_set()
+    for role in ds["spec"]["roles"]:
+        role["scaling"] = {"mode": "External"}
+        _opt_in(role, role["name"])
+    set_name = ds["metadata"]["name"]
+    live = []
+    for role in ds["spec"]["roles"]:
+        lws = yaml.safe_load(
+            LWS.format(name=f"{set_name}-abc12-{role['name']}", annotations=json.dumps({}))
+        )
+        lws["metadata"]["namespace"] = ds["metadata"].get("namespace", "default")
+        lws["metadata"]["annotations"] = role["metadata"]["annotations"]
+        lws["metadata"]["labels"] = {
+            "disaggregatedset.x-k8s.io/name": set_name,
+            "disaggregatedset.x-k8s.io/role": role["name"],
+        }
+        lws["metadata"]["ownerReferences"] = [
+            {"apiVersion": "disaggregatedset.x-k8s.io/v1", "kind": "DisaggregatedSet",
+             "name": set_name, "uid": "u1", "controller": True},
+        ]  # fmt: skip
+        live.append(lws)
+    path = tmp_path / "dump.yaml"
+    path.write_text(yaml.safe_dump_all([ds, *live]))
+    assert main(["check", str(path)]) == 0, capsys.readouterr().out
+    assert "ok: 2 opted-in" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("value", "expected_exit", "expected"),
+    [
+        # go-yaml reads `1:2` as text, YAML 1.1 as the base-60 number 62
+        pytest.param("1:2", 0, "", id="unquoted-ratio-is-text-as-kubectl-reads-it"),
+        # go-yaml reads `8e-1` as a number, which `kubectl apply` refuses as an annotation
+        pytest.param("8e-1", 1, "annotation values must be strings", id="unquoted-exponent"),
+    ],
+)
+def test_plain_scalars_are_typed_as_kubernetes_types_them(
+    tmp_path, capsys, value, expected_exit, expected
+):
+    prefill, decode = pd()
+    path = manifest(tmp_path, prefill, decode)
+    key = "prefill-decode-ratio" if value == "1:2" else "target-kv-cache"
+    text = path.read_text().replace(
+        '"gang-autoscaler.io/component": "prefill"',
+        f'"gang-autoscaler.io/component": "prefill", "gang-autoscaler.io/{key}": {value}',
+    )
+    if value == "1:2":  # both components of the deployment say the same ratio
+        text = text.replace(
+            '"gang-autoscaler.io/component": "decode"',
+            f'"gang-autoscaler.io/component": "decode", "gang-autoscaler.io/{key}": {value}',
+        )
+    path.write_text(text)
+    assert main(["check", str(path)]) == expected_exit
+    assert expected in capsys.readouterr().out
+
+
+def test_json_manifests_are_read_as_kubectl_reads_them(tmp_path, capsys):
+    """Tab-indented JSON, and JSON objects one after another, were refused as bad YAML."""
+    prefill, decode = pd()
+    docs = list(yaml.safe_load_all(manifest(tmp_path, prefill, decode).read_text()))
+    path = tmp_path / "lws.json"
+    path.write_text("\n".join(json.dumps(d, indent="\t") for d in docs))
+    assert main(["check", str(path)]) == 0, capsys.readouterr().out
+    assert "ok: 2 opted-in" in capsys.readouterr().err
+    path.write_text('{"kind": "LeaderWorkerSet", "kind": "Deployment"}')
+    assert main(["check", str(path)]) == 1
+    assert "not valid JSON: found key 'kind' twice" in capsys.readouterr().out
+
+
+def test_check_reads_stdin_given_as_a_dash(tmp_path):
+    prefill, decode = pd()
+    text = manifest(tmp_path, prefill, ("chat-decode", {**decode[1], PREFIX + "lead": "5m"}))
+    done = subprocess.run(
+        [sys.executable, "-m", "autoscaler.cli", "check", "-"],
+        input=text.read_text(),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 1, done.stderr
+    assert done.stdout.startswith("<stdin>: serving/chat-decode: gang-autoscaler.io/lead:")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        pytest.param(
+            "kind: LeaderWorkerSet\napiVersion: leaderworkerset.x-k8s.io/v1\n"
+            "metadata: {name: a, ownerReferences: 5, annotations: "
+            '{"gang-autoscaler.io/enabled": "true"}}\n',
+            None,
+            id="scalar-owner-references",
+        ),
+        pytest.param(
+            "a:\n" + "".join(f"{' ' * i}a:\n" for i in range(1, 400)),
+            "nested too deeply",
+            id="deep-nesting",
+        ),
+    ],
+)
+def test_malformed_input_that_crashed_check_is_a_finding(tmp_path, capsys, text, expected):
+    path = tmp_path / "odd.yaml"
+    path.write_text(text)
+    main(["check", str(path)])  # no traceback
+    if expected is not None:
+        assert expected in capsys.readouterr().out
