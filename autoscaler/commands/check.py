@@ -243,6 +243,26 @@ def _ours(annotations: object) -> list[str]:
     return sorted(str(k) for k in _mapping(annotations) if str(k) in ANNOTATIONS)
 
 
+def _on_pod_templates(
+    source: str, subject: str, owner: Mapping[str, Any], path: str, instead: str
+) -> list[Finding]:
+    """Policy annotations on the pod templates of an LWS (or of a role's LWS spec)."""
+    template = _mapping(_mapping(owner.get("spec")).get("leaderWorkerTemplate"))
+    found = []
+    for part in ("leaderTemplate", "workerTemplate"):
+        pod_meta = _mapping(_mapping(template.get(part)).get("metadata"))
+        for key in _ours(pod_meta.get("annotations")):
+            found.append(
+                Finding(
+                    source,
+                    subject,
+                    f"{path}spec.leaderWorkerTemplate.{part}.metadata.annotations.{key}",
+                    f"not read on a pod template: put it in {instead} metadata.annotations",
+                )
+            )
+    return found
+
+
 def _misplaced(documents: Iterable[tuple[str, Mapping[str, Any]]]) -> list[Finding]:
     """gang-autoscaler annotations where the service never reads them: on another kind (a
     Deployment, an LWS of another API version), on an LWS's pod templates, or on a
@@ -254,20 +274,15 @@ def _misplaced(documents: Iterable[tuple[str, Mapping[str, Any]]]) -> list[Findi
         subject = f"{metadata.get('namespace') or 'default'}/{metadata.get('name', '?')}"
         own = _ours(metadata.get("annotations"))
         if _is_lws(doc):
-            template = _mapping(_mapping(doc.get("spec")).get("leaderWorkerTemplate"))
-            for part in ("leaderTemplate", "workerTemplate"):
-                pod_meta = _mapping(_mapping(template.get(part)).get("metadata"))
-                for key in _ours(pod_meta.get("annotations")):
-                    found.append(
-                        Finding(
-                            source,
-                            subject,
-                            f"spec.leaderWorkerTemplate.{part}.metadata.annotations.{key}",
-                            "not read on a pod template: put it in the LWS's own "
-                            "metadata.annotations",
-                        )
-                    )
+            found.extend(_on_pod_templates(source, subject, doc, "", "the LWS's own"))
         elif _is_disaggregated_set(doc):
+            roles = _mapping(doc.get("spec")).get("roles")
+            for index, role in enumerate(roles if isinstance(roles, list) else ()):
+                found.extend(
+                    _on_pod_templates(
+                        source, subject, _mapping(role), f"spec.roles[{index}].", "the role's"
+                    )
+                )
             for key in own:
                 found.append(
                     Finding(

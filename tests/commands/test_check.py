@@ -805,3 +805,18 @@ def test_malformed_input_that_crashed_check_is_a_finding(tmp_path, capsys, text,
     main(["check", str(path)])  # no traceback
     if expected is not None:
         assert expected in capsys.readouterr().out
+
+
+def test_policy_annotations_on_a_disaggregated_set_roles_pod_template(tmp_path, capsys):
+    """Passed as "ok: 0 opted-in": the role never scaled."""
+    _, ds = _sample_set()
+    role = ds["spec"]["roles"][1]
+    template = role["spec"]["leaderWorkerTemplate"]
+    part = "leaderTemplate" if "leaderTemplate" in template else "workerTemplate"
+    template[part].setdefault("metadata", {})["annotations"] = {PREFIX + "enabled": "true"}
+    path = tmp_path / "ds.yaml"
+    path.write_text(yaml.safe_dump(ds))
+    assert main(["check", str(path)]) == 1
+    out = capsys.readouterr().out
+    where = f"spec.roles[1].spec.leaderWorkerTemplate.{part}.metadata.annotations"
+    assert f"{where}.{PREFIX}enabled: not read on a pod template: put it in the role's" in out
