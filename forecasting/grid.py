@@ -143,6 +143,9 @@ class GridForecaster(abc.ABC):
                     return point, upper, None
                 reason = "model forecast was not finite"
         point, upper = self._fallback(steps, last)
+        if not math.isfinite(point):  # a fallback that overflows too (an envelope's raise)
+            point, upper = self._persistence(steps, last)
+            reason = f"{reason}; its fallback was not finite either: persistence"
         return point, upper, reason
 
     def _fallback(self, steps: int, last: float) -> tuple[float, float]:

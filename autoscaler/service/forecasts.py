@@ -119,6 +119,8 @@ class DemandForecasts:
         self._known: set[ComponentKey] = set()
         # when each component's demand was last read (a finite value), live or back-filled
         self._last_demand_s: dict[ComponentKey, float] = {}
+        # components whose observations the model refuses now (a clock step back): said once
+        self._refused: set[ComponentKey] = set()
         self._withheld: dict[ComponentKey, str] = {}
         # what each component's demand series measures (`keep_only`)
         self._identity: dict[ComponentKey, Hashable] = {}
@@ -157,6 +159,7 @@ class DemandForecasts:
     def _forget(self, key: ComponentKey) -> None:
         """Drop a component's history and model; `start_backfill` reads it afresh."""
         self._last_demand_s.pop(key, None)
+        self._refused.discard(key)
         self._withheld.pop(key, None)
         self._known.discard(key)
         self._pending.pop(key, None)
@@ -365,8 +368,18 @@ class DemandForecasts:
             self._fitter.observe(key, timestamps_s, values)
         except ValueError as err:
             # A wall clock stepping back within a window: drop the observation, not the model.
-            log.warning("dropped demand observation of %s: %s", key, err)
+            # Said once until one is taken again: a step of minutes drops one a tick, and at
+            # hundreds of components that was thousands of lines.
+            if key not in self._refused:
+                self._refused.add(key)
+                log.warning(
+                    "dropped demand observation of %s: %s (and any more until the clock "
+                    "passes the history's end)",
+                    key,
+                    err,
+                )
             return False
+        self._refused.discard(key)
         return True
 
     def tick(self, *, now_s: float) -> int:

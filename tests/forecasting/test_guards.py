@@ -169,6 +169,22 @@ def test_absurd_windows_never_give_a_non_finite_forecast(absurd: list[float]) ->
     assert math.isfinite(result.point) and math.isfinite(result.upper)
 
 
+def test_an_envelope_raised_past_the_float_limit_falls_back_to_persistence() -> None:
+    """The envelope's peak a day ago near the float limit, raised by a busier last hour,
+    overflowed in the model and again in its fallback: point and upper were inf."""
+    day = DAY_WINDOWS
+    timestamps = np.arange(1, 3 * day + 1) * STEP_S
+    values = np.full(timestamps.size, 100.0)
+    values[::2] = 50.0
+    values[-day] = 1e308  # one absurd window a day ago, at the target's time of day
+    values[-12:] = 200.0  # the last hour twice as busy as that hour a day ago
+    forecaster = make_forecaster("seasonal_envelope", step_s=STEP_S)
+    forecaster.fit(Series(timestamps, values))
+    result = forecaster.forecast(STEP_S)
+    assert math.isfinite(result.point) and math.isfinite(result.upper)
+    assert result.fallback_reason is not None and "persistence" in result.fallback_reason
+
+
 def test_window_whose_sum_overflows_is_missing() -> None:
     forecaster = make_forecaster("persistence", step_s=STEP_S)
     forecaster.fit(Series([STEP_S], [5.0]))

@@ -668,3 +668,25 @@ def test_health_ages_the_last_tick_on_the_monotonic_clock(
     )
     probe = Service.health(service)  # type: ignore[arg-type]
     assert probe.ok is healthy
+
+
+def test_a_clock_step_back_is_said_once_per_component(caplog):
+    """NTP stepping the clock back 10 minutes: every dropped reading was a warning, once per
+    component per tick (7,800 lines for 200 components)."""
+    keys = [ComponentKey("serving", f"llm-{i}") for i in range(3)]
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        forecasts = DemandForecasts(executor=pool, step_s=300.0)
+        now_s = 1_000_000.0
+        for _ in range(40):
+            now_s += 15
+            for key in keys:
+                forecasts.record(key, now_s=now_s, demand=100.0)
+        caplog.set_level(logging.WARNING)
+        caplog.clear()
+        now_s -= 600
+        for _ in range(40):
+            now_s += 15
+            for key in keys:
+                forecasts.record(key, now_s=now_s, demand=100.0)
+    dropped = [r for r in caplog.records if "dropped demand observation" in r.getMessage()]
+    assert len(dropped) == len(keys)
