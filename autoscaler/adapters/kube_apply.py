@@ -414,32 +414,28 @@ class Actuator:
                 ),
             )
         await self._tell_missing_data(ref, plan, notes, dry=dry)
-        if plan.stuck_groups and not dry:
-            await self._event(
-                ref,
-                notes,
-                type_=WARNING,
-                reason="PartialGangStuck",
-                message=_with_cautions(
+        kept_groups = (
+            (
+                plan.stuck_groups,
+                "PartialGangStuck",
+                _with_cautions(
                     f"groups {list(plan.stuck_groups)} stay partially scheduled past "
                     "gang-timeout; they are below the desired count and are kept",
                     found.policy,
                 ),
-            )
-        if plan.unplaced_groups and not dry:
-            await self._event(
-                ref,
-                notes,
-                type_=WARNING,
-                reason="GangUnplaced",
-                message=(
-                    f"groups {list(plan.unplaced_groups)} have had no pod placed for longer "
-                    "than gang-timeout; they hold no GPU and are kept while the cluster can "
-                    "grow: check that the node autoscaler can add nodes of this shape, and the "
-                    "pods' events (a ResourceQuota or a webhook refusing them, or earlier pods "
-                    "still terminating)"
-                ),
-            )
+            ),
+            (
+                plan.unplaced_groups,
+                "GangUnplaced",
+                f"groups {list(plan.unplaced_groups)} have had no pod placed for longer than "
+                "gang-timeout; they hold no GPU and are kept while the cluster can grow: check "
+                "that the node autoscaler can add nodes of this shape, and the pods' events (a "
+                "ResourceQuota or a webhook refusing them, or earlier pods still terminating)",
+            ),
+        )
+        for groups, reason, message in kept_groups:
+            if groups and not dry:
+                await self._event(ref, notes, type_=WARNING, reason=reason, message=message)
 
         # A refused write (RBAC, a webhook, the API down) is an error like a balloon's: the
         # loop counts it in `errors_total{kind="kubernetes"}` and logs it, not only an Event

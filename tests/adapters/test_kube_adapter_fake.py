@@ -251,6 +251,14 @@ async def test_dry_run_writes_nothing(kube, adapter):
     assert spec_replicas(kube, "llama-decode") == 1
 
 
+# Load that keeps two decode gangs busy (8 waiting requests, target 4 per gang over 1 ready
+# gang), so only the partial-gang rule can take decode down.
+TWO_DECODE_GANGS_BUSY = {
+    PREFILL: Signals(waiting_requests=4.0, kv_usage_fraction=0.8),
+    DECODE: Signals(waiting_requests=8.0, kv_usage_fraction=0.8),
+}
+
+
 async def test_partial_decode_gang_is_scaled_away_after_its_timeout_with_an_event(kube, adapter):
     # 5 nodes: prefill takes 2, decode group 0 takes 2, decode group 1 gets one of its 2 pods.
     add_gpu_nodes(kube, 5)
@@ -262,13 +270,7 @@ async def test_partial_decode_gang_is_scaled_away_after_its_timeout_with_an_even
     since = decode.gangs[1].not_ready_since_s
     assert since is not None and abs(since - time.time()) < 120
 
-    # Load that keeps two gangs busy (8 waiting requests, target 4 per gang over 1 ready
-    # gang), so only the partial-gang rule can take decode down.
-    signals = {
-        PREFILL: Signals(waiting_requests=4.0, kv_usage_fraction=0.8),
-        DECODE: Signals(waiting_requests=8.0, kv_usage_fraction=0.8),
-    }
-    observations = state.observations(signals)
+    observations = state.observations(TWO_DECODE_GANGS_BUSY)
     # The loop first sees the partial gang a second after its pod was bound; it ages the gang
     # from the later of the two, and carries that sighting from tick to tick in its memory.
     within, memory = core_plan(observations, state.policies, {}, Memory(), now=since + 1)
@@ -302,11 +304,7 @@ async def test_a_decode_gang_waiting_for_nodes_is_kept_past_its_timeout_with_an_
     decode = state.observations({}).components[DECODE]
     assert [g.state for g in decode.gangs] == [GangState.READY, GangState.PENDING]
 
-    signals = {
-        PREFILL: Signals(waiting_requests=4.0, kv_usage_fraction=0.8),
-        DECODE: Signals(waiting_requests=8.0, kv_usage_fraction=0.8),
-    }
-    observations = state.observations(signals)
+    observations = state.observations(TWO_DECODE_GANGS_BUSY)
     now = time.time()
     _, memory = core_plan(observations, state.policies, {}, Memory(), now=now)
     after, _ = core_plan(observations, state.policies, {}, memory, now=now + 3600)
