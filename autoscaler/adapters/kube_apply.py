@@ -427,10 +427,14 @@ class Actuator:
             (
                 plan.unplaced_groups,
                 "GangUnplaced",
-                f"groups {list(plan.unplaced_groups)} have had no pod placed for longer than "
-                "gang-timeout; they hold no GPU and are kept while the cluster can grow: check "
-                "that the node autoscaler can add nodes of this shape, and the pods' events (a "
-                "ResourceQuota or a webhook refusing them, or earlier pods still terminating)",
+                _with_cautions(
+                    f"groups {list(plan.unplaced_groups)} have had no pod placed for longer "
+                    "than gang-timeout; they hold no GPU and are kept while the cluster can "
+                    "grow: check that the node autoscaler can add nodes of this shape, and the "
+                    "pods' events (a ResourceQuota or a webhook refusing them, or earlier pods "
+                    "still terminating)",
+                    found.policy,
+                ),
             ),
         )
         for groups, reason, message in kept_groups:
@@ -584,6 +588,11 @@ class Actuator:
                     - set(plan.rolled_back_groups)
                 )
                 with_waiting = f", with groups {waiting} above them" if waiting else ""
+                if plan.retry_wait_s:
+                    with_waiting += (
+                        f"; rolled back again in a row, they are asked for again in "
+                        f"{plan.retry_wait_s:g}s at the earliest"
+                    )
                 await self._event(
                     ref,
                     notes,

@@ -46,8 +46,8 @@ from autoscaler.core.model import (
 )
 from autoscaler.core.partial_gangs import (
     GangAges,
-    RollBack,
     classify,
+    next_roll_back,
     remembered_roll_back,
     roll_back_wait_s,
 )
@@ -93,6 +93,8 @@ class _Draft:
     forgotten_capacity: float | None = None  # learned for another gang template
     # the spread of the recent demand readings, read only when the forecast floor is computed
     burst: BurstFactor | None = None
+    # the most gangs a ratio band may raise to: set while gangs rolled back are waited for
+    ceiling: int | None = None
     steps: list[Step] = field(default_factory=list)
 
     def step(self, stage: str, gangs: int, reason: Reason, detail: str = "") -> None:
@@ -232,9 +234,7 @@ def _draft(
             learned_template=obs.template,
             saturated=stretch,
             not_ready_first_seen=ages.first_seen,
-            roll_back=remembered_roll_back(
-                memory.roll_back, obs, gang_timeout_s=policy.gang_timeout_s, now=now
-            ),
+            roll_back=remembered_roll_back(memory.roll_back, obs, now=now),
             demand_samples=demand_samples,
         ),
         capacity=capacity,
@@ -316,10 +316,11 @@ def _draft(
 
     # Gangs rolled back more than once in a row: not asked for again until a wait is over.
     roll_back = draft.memory.roll_back
-    if roll_back is not None and draft.gangs > max(current, roll_back.kept_gangs):
-        wait_s = roll_back_wait_s(roll_back, gang_timeout_s=policy.gang_timeout_s)
-        if now < roll_back.at_s + wait_s:
-            allowed = max(current, roll_back.kept_gangs)
+    wait_s = 0.0 if roll_back is None else roll_back_wait_s(roll_back)
+    if roll_back is not None and now < roll_back.at_s + wait_s:
+        allowed = max(current, roll_back.kept_gangs)
+        draft.ceiling = allowed  # a ratio band raises no further either
+        if draft.gangs > allowed:
             draft.step(
                 "roll_back_backoff",
                 allowed,
@@ -405,6 +406,9 @@ def _couple(drafts: Mapping[ComponentKey, _Draft]) -> None:
             if gangs > allowed:
                 detail = f"{detail}; {allowed} of {gangs} this tick, {_rate_limit(d.policy)}"
                 gangs = allowed
+            if d.ceiling is not None and gangs > max(d.gangs, d.ceiling):
+                gangs = max(d.gangs, d.ceiling)
+                detail = f"{detail}; held at {gangs}: gangs rolled back are waited for"
         d.step("coupling", gangs, result.reason, detail)
 
 
@@ -640,10 +644,17 @@ def plan(
         deployment_up = any(d.gangs > 0 for d in members_drafts.values())
         for key, d in members_drafts.items():
             rolled, stuck = _roll_back(d, deployment_up=deployment_up, pd=pd)
+            retry_wait_s = None
             if rolled:
-                last = d.memory.roll_back
-                streak = 1 if last is None else last.in_a_row + 1
-                d.memory = replace(d.memory, roll_back=RollBack(now, d.gangs, streak))
+                roll_back = next_roll_back(
+                    d.memory.roll_back,
+                    now=now,
+                    kept_gangs=min(rolled),
+                    gang_timeout_s=d.policy.gang_timeout_s,
+                    template=d.obs.template,
+                )
+                d.memory = replace(d.memory, roll_back=roll_back)
+                retry_wait_s = roll_back_wait_s(roll_back) or None
             balloons, balloon_reason, balloon_detail = balloon_gangs(
                 policy=d.policy,
                 forecast=d.forecast,
@@ -667,6 +678,7 @@ def plan(
                 rolled_back_groups=rolled,
                 stuck_groups=stuck,
                 unplaced_groups=tuple(i for i in d.ages.unplaced if i < d.gangs),
+                retry_wait_s=retry_wait_s,
                 capacity_per_gang=d.capacity,
                 forgotten_capacity_per_gang=d.forgotten_capacity,
                 burst_factor=d.burst.value if d.burst is not None else None,

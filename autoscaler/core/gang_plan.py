@@ -88,6 +88,8 @@ class ComponentPlan:
     stuck_groups: tuple[int, ...] = ()
     # gangs with no pod placed past their timeout, kept while the cluster can grow: reported
     unplaced_groups: tuple[int, ...] = ()
+    # after a roll-back the second or later in a row: how long until they are asked for again
+    retry_wait_s: float | None = None
     capacity_per_gang: float | None = None
     # a capacity per gang learned for another gang template, dropped by this plan
     forgotten_capacity_per_gang: float | None = None

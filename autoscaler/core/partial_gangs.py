@@ -17,7 +17,7 @@ Must not import: asyncio, aiohttp, kubernetes_asyncio, prometheus_api_client, st
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from autoscaler.core.model import ComponentObservation, GangState
 
@@ -53,20 +53,28 @@ class GangAges:
 
 @dataclass(frozen=True, slots=True)
 class RollBack:
-    """The last scale-away of timed-out gangs: when, the count it left, and how many in a
-    row (with no gang ready at or above that count in between)."""
+    """The last scale-away of timed-out gangs: when, the count it cut to, how many in a row
+    (with no gang ready at or above that count in between), and what the wait is read from:
+    the gang-timeout then, and the gang template then (a new one is a new gang)."""
 
     at_s: float
     kept_gangs: int
+    gang_timeout_s: float
+    template: str | None = None
     in_a_row: int = 1
+    # the LWS has been seen at or below `kept_gangs` since: the roll-back took place (a dry
+    # run, a standby or a refused write plans the same one again on every tick)
+    landed: bool = False
 
 
 # A streak of roll-backs is forgotten this long after its wait ended with no new one.
 ROLL_BACK_MEMORY_S = 3600.0
 MAX_ROLL_BACK_WAIT_S = 3600.0
+# past this many doublings every wait is at its cap; the streak stops counting there
+MAX_STREAK = 20
 
 
-def roll_back_wait_s(roll_back: RollBack, *, gang_timeout_s: float) -> float:
+def roll_back_wait_s(roll_back: RollBack) -> float:
     """How long after a roll-back the gangs it took are not asked for again. The first is
     asked for again at once (a partial gang may have lost a race for nodes that is over);
     from the second in a row, one gang-timeout, doubling, at most an hour (or one
@@ -74,23 +82,41 @@ def roll_back_wait_s(roll_back: RollBack, *, gang_timeout_s: float) -> float:
     cannot be pulled, a model too large for its GPUs) held its GPUs for nothing all along."""
     if roll_back.in_a_row < 2:
         return 0.0
-    wait = gang_timeout_s * 2.0 ** (roll_back.in_a_row - 2)
-    return min(wait, max(MAX_ROLL_BACK_WAIT_S, gang_timeout_s))
+    wait = roll_back.gang_timeout_s * 2.0 ** (min(roll_back.in_a_row, MAX_STREAK) - 2)
+    return min(wait, max(MAX_ROLL_BACK_WAIT_S, roll_back.gang_timeout_s))
 
 
 def remembered_roll_back(
-    roll_back: RollBack | None, obs: ComponentObservation, *, gang_timeout_s: float, now: float
+    roll_back: RollBack | None, obs: ComponentObservation, *, now: float
 ) -> RollBack | None:
-    """The streak this tick carries on: forgotten once a gang at or above the count it left
-    is ready (asking again worked), or an hour after its wait ended."""
-    if roll_back is None:
+    """The streak this tick carries on: forgotten once a gang at or above the count it cut
+    to is ready (asking again worked), once the gang template changes (the usual fix of a
+    crash loop or an image that cannot be pulled), or an hour after its wait ended."""
+    if roll_back is None or obs.template != roll_back.template:
         return None
     if any(g.state is GangState.READY and g.group_index >= roll_back.kept_gangs for g in obs.gangs):
         return None
-    wait = roll_back_wait_s(roll_back, gang_timeout_s=gang_timeout_s)
-    if now - roll_back.at_s > wait + ROLL_BACK_MEMORY_S:
+    at_s = min(roll_back.at_s, now)  # stamped after now: a step back of the clock
+    if now - at_s > roll_back_wait_s(roll_back) + ROLL_BACK_MEMORY_S:
         return None
-    return roll_back
+    landed = roll_back.landed or obs.spec_gangs <= roll_back.kept_gangs
+    return replace(roll_back, at_s=at_s, landed=landed)
+
+
+def next_roll_back(
+    last: RollBack | None,
+    *,
+    now: float,
+    kept_gangs: int,
+    gang_timeout_s: float,
+    template: str | None,
+) -> RollBack:
+    """The record after a roll-back planned this tick: one more in a row once the last one
+    took place; the same one, planned again, while it has not."""
+    if last is not None and not last.landed:
+        return replace(last, at_s=now, kept_gangs=min(kept_gangs, last.kept_gangs))
+    streak = 1 if last is None else min(last.in_a_row + 1, MAX_STREAK)
+    return RollBack(now, kept_gangs, gang_timeout_s, template, in_a_row=streak)
 
 
 def aged_from(reported_s: float | None, first_seen_s: float) -> float:

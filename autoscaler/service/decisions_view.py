@@ -105,6 +105,7 @@ def plan_view(plan: ComponentPlan | None) -> dict[str, Any] | None:
         "rolled_back_groups": list(plan.rolled_back_groups),
         "stuck_groups": list(plan.stuck_groups),
         "unplaced_groups": list(plan.unplaced_groups),
+        "retry_wait_s": _number(plan.retry_wait_s),
         "steps": [
             {"stage": s.stage, "gangs": s.gangs, "reason": s.reason.value, "detail": s.detail}
             for s in plan.steps

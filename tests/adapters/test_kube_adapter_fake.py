@@ -344,6 +344,26 @@ async def test_a_roll_back_event_names_the_waiting_gangs_that_go_with_it(kube, a
     )
 
 
+async def test_a_roll_back_event_says_how_long_the_gangs_are_waited_for(kube, adapter):
+    add_gpu_nodes(kube, 6)
+    add_pd(kube, decode=2)
+    await settle(adapter, kube)
+    rolled = dataclasses.replace(
+        component_plan(
+            DECODE, current=2, desired=1, reason=Reason.PARTIAL_GANG_ROLLED_BACK, rolled_back=(1,)
+        ),
+        retry_wait_s=1200.0,
+    )
+    await adapter.apply(
+        GangPlan({DECODE: rolled}), adapter.snapshot(now_s=time.time()), dry_run=False
+    )
+    (event,) = events(kube, "PartialGangRolledBack")
+    assert (
+        "; rolled back again in a row, they are asked for again in 1200s at the earliest"
+        in (event["message"])
+    )
+
+
 async def test_a_stuck_gang_event_says_when_the_timeout_is_shorter_than_the_lead_time(
     kube, adapter
 ):

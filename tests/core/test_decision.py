@@ -19,7 +19,7 @@ from autoscaler.core.model import (
     NodeCapacity,
     Signals,
 )
-from autoscaler.core.partial_gangs import RollBack, Sighting
+from autoscaler.core.partial_gangs import RollBack, Sighting, roll_back_wait_s
 from autoscaler.core.policy import Policy
 from autoscaler.core.shape import GangShape, PodShape
 from tests.core.builders import (
@@ -1018,10 +1018,14 @@ def test_gangs_rolled_back_twice_in_a_row_wait_before_they_are_asked_for_again()
         assert result.rolled_back_groups == (2,)
         return memory
 
+    def streak(memory: ComponentMemory) -> tuple[float, int, int]:
+        assert memory.roll_back is not None
+        return memory.roll_back.at_s, memory.roll_back.kept_gangs, memory.roll_back.in_a_row
+
     memory = rolled_back_at(NOW, ComponentMemory())
-    assert memory.roll_back == RollBack(NOW + 616, kept_gangs=2, in_a_row=1)
+    assert streak(memory) == (NOW + 616, 2, 1)
     memory = rolled_back_at(NOW + 631, memory)  # the first retry: at once
-    assert memory.roll_back == RollBack(NOW + 1247, kept_gangs=2, in_a_row=2)
+    assert streak(memory) == (NOW + 1247, 2, 2)
 
     held_back, _ = decide(wants_three, pol, memory=memory, now=NOW + 1262)
     assert (held_back.desired_gangs, held_back.reason) == (2, Reason.HOLD_ROLL_BACK_BACKOFF)
@@ -1032,10 +1036,89 @@ def test_gangs_rolled_back_twice_in_a_row_wait_before_they_are_asked_for_again()
 
 
 def test_a_roll_back_streak_ends_when_asking_again_works():
-    memory = ComponentMemory(roll_back=RollBack(NOW - 700, kept_gangs=2, in_a_row=3))
+    memory = ComponentMemory(roll_back=RollBack(NOW - 700, 2, 600.0, in_a_row=3, landed=True))
     result, after = decide(obs(ready=3, waiting=12, kv=0.78), policy(), memory=memory)
     assert after.roll_back is None
     assert result.reason is not Reason.HOLD_ROLL_BACK_BACKOFF
+
+
+def test_a_roll_back_planned_again_before_it_takes_place_counts_once():
+    """In a dry run, on a standby or with a refused write, the same timed-out gang is there
+    on the next tick and its roll-back is planned again: each counted, the wait reached its
+    hour cap within a few ticks (and the doubling overflowed after 1,026)."""
+    pol = policy(gang_timeout="10m")
+    component = third_gang_partial(since=NOW - 700)
+    memory = ComponentMemory(not_ready_first_seen=(held(2, NOW - 700),))
+    for tick in range(5):
+        result, memory = decide(component, pol, memory=memory, now=NOW + 15 * tick)
+        assert result.rolled_back_groups == (2,)
+        assert result.retry_wait_s is None
+    assert memory.roll_back is not None and memory.roll_back.in_a_row == 1
+
+
+def test_a_long_streak_waits_at_most_the_cap():
+    huge = RollBack(NOW, 2, 600.0, in_a_row=5000, landed=True)
+    assert roll_back_wait_s(huge) == 3600.0
+    wants_three = obs(ready=2, spec=2, waiting=12, kv=0.78, gangs=ready_gangs(2))
+    result, _ = decide(wants_three, policy(gang_timeout="10m"), memory=ComponentMemory(
+        roll_back=huge
+    ), now=NOW + 60)  # fmt: skip
+    assert result.reason is Reason.HOLD_ROLL_BACK_BACKOFF
+
+
+def test_the_wait_is_read_from_the_gang_timeout_of_the_roll_back_and_ends_with_a_new_template():
+    """Raising gang-timeout (the fix of a slow load) turned a 10-minute wait into an hour;
+    a new template (the fix of a crash loop) did not end it."""
+    wants_three = obs(ready=2, spec=2, waiting=12, kv=0.78, gangs=ready_gangs(2))
+    waiting = ComponentMemory(roll_back=RollBack(NOW - 60, 2, 600.0, in_a_row=2, landed=True))
+    result, _ = decide(wants_three, policy(gang_timeout="1h"), memory=waiting)
+    assert result.reason is Reason.HOLD_ROLL_BACK_BACKOFF
+    assert result.detail.endswith("asked for again in 540s")
+    fixed = replace(wants_three, template="new-image")
+    result, after = decide(fixed, policy(gang_timeout="1h"), memory=waiting)
+    assert result.desired_gangs == 3 and after.roll_back is None
+
+
+def test_a_roll_back_with_a_scale_down_remembers_where_it_cut():
+    """Group 3 timed out while the load fell to one gang: the streak remembered the final
+    count, 1, and held the next surge at 1 though groups 1 and 2 were sound."""
+    gangs = gangs_with((2, 2, None), (2, 2, None), (2, 2, None), (1, 0, NOW - 900))
+    component = obs(ready=3, spec=4, waiting=0, kv=0.1, gangs=gangs)
+    seen = ComponentMemory(not_ready_first_seen=(held(3, NOW - 900),))
+    result, after = decide(
+        component, policy(gang_timeout="10m", scale_down_window="0s"), memory=seen
+    )
+    assert result.desired_gangs == 1 and result.rolled_back_groups == (3,)
+    assert after.roll_back is not None and after.roll_back.kept_gangs == 3
+
+
+def test_a_roll_back_stamped_ahead_of_the_clock_waits_from_now():
+    ahead = ComponentMemory(roll_back=RollBack(NOW + 86_400, 2, 600.0, in_a_row=2, landed=True))
+    wants_three = obs(ready=2, spec=2, waiting=12, kv=0.78, gangs=ready_gangs(2))
+    result, after = decide(wants_three, policy(gang_timeout="10m"), memory=ahead)
+    assert result.detail.endswith("asked for again in 600s")
+    assert after.roll_back is not None and after.roll_back.at_s == NOW
+
+
+def test_a_ratio_band_does_not_ask_again_for_gangs_rolled_back_during_the_wait():
+    band = {"deployment": "chat", "prefill_decode_ratio": "1:1", "max_scale_up": 10}
+    waiting = RollBack(NOW - 60, 1, 600.0, in_a_row=2, landed=True)
+    the_plan, _ = plan(
+        observations(
+            obs("chat-p", ready=1, waiting=4, kv=0.8), obs("chat-d", ready=3, waiting=12, kv=0.8)
+        ),
+        {
+            ComponentKey("serving", "chat-p"): policy(component="prefill", **band),
+            ComponentKey("serving", "chat-d"): policy(component="decode", **band),
+        },
+        {},
+        Memory(components={ComponentKey("serving", "chat-p"): ComponentMemory(roll_back=waiting)}),
+        now=NOW,
+    )
+    prefill = the_plan.components[ComponentKey("serving", "chat-p")]
+    assert prefill.desired_gangs == 1
+    (coupling,) = [s for s in prefill.steps if s.stage == "coupling"]
+    assert coupling.detail.endswith("held at 1: gangs rolled back are waited for")
 
 
 @pytest.mark.parametrize(
