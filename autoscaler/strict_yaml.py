@@ -58,34 +58,71 @@ _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _m
 
 _INT_TAG = "tag:yaml.org,2002:int"
 _FLOAT_TAG = "tag:yaml.org,2002:float"
+_BOOL_TAG = "tag:yaml.org,2002:bool"
+_TIMESTAMP_TAG = "tag:yaml.org,2002:timestamp"
 
 
 class _ManifestLoader(_StrictLoader):
-    """Plain scalars typed as Kubernetes reads them (go-yaml, through sigs.k8s.io/yaml), not
-    as YAML 1.1: `1:2` is the text "1:2", not the base-60 number 62, and `8e-1` is a number,
-    not text. Else an unquoted ratio annotation that `kubectl apply` takes was refused, and
-    an unquoted exponent that it refuses (annotation values must be strings) passed."""
+    """Plain scalars typed as Kubernetes reads them (go-yaml v2, through sigs.k8s.io/yaml),
+    not as YAML 1.1: `1:2` is the text "1:2", not the base-60 number 62; `8e-1` and `08`
+    are numbers; `y` and `n` are booleans; a date is text. Else an unquoted ratio annotation
+    that `kubectl apply` takes was refused, and unquoted values that it refuses
+    (annotation values must be strings) passed."""
 
 
-# its own copy, without YAML 1.1's int and float (and their base-60 forms)
+def _go_int(loader: _ManifestLoader, node: yaml.ScalarNode) -> int:
+    """go-yaml's integer: Go's base-0 parse (0b, 0o, 0x in either case; a leading 0 is
+    octal), underscores dropped."""
+    text = str(loader.construct_scalar(node)).replace("_", "")
+    sign = -1 if text.startswith("-") else 1
+    digits = text.lstrip("+-")
+    if len(digits) > 1 and digits[0] == "0" and digits[1].isdigit():
+        return sign * int(digits, 8)
+    return sign * int(digits, 0)
+
+
+# its own copy, without YAML 1.1's int, float, bool and timestamp
 _ManifestLoader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag not in (_INT_TAG, _FLOAT_TAG)]
+    first: [
+        (tag, regexp)
+        for tag, regexp in resolvers
+        if tag not in (_INT_TAG, _FLOAT_TAG, _BOOL_TAG, _TIMESTAMP_TAG)
+    ]
     for first, resolvers in _StrictLoader.yaml_implicit_resolvers.items()
 }
 _ManifestLoader.add_implicit_resolver(
+    _BOOL_TAG,
+    re.compile(
+        r"^(?:y|Y|yes|Yes|YES|n|N|no|No|NO|true|True|TRUE|false|False|FALSE"
+        r"|on|On|ON|off|Off|OFF)$"
+    ),
+    list("yYnNtTfFoO"),
+)
+_ManifestLoader.add_implicit_resolver(
     _INT_TAG,
-    re.compile(r"^(?:[-+]?0b[0-1_]+|[-+]?0[0-7_]+|[-+]?(?:0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+)$"),
+    re.compile(
+        r"^[-+]?(?:0[bB]_*[01][01_]*|0[oO]_*[0-7][0-7_]*|0[xX]_*[0-9a-fA-F][0-9a-fA-F_]*"
+        r"|0[0-7_]*|[1-9][0-9_]*)$"
+    ),
     list("-+0123456789"),
 )
 _ManifestLoader.add_implicit_resolver(
     _FLOAT_TAG,
     re.compile(
-        r"^(?:[-+]?(?:[0-9][0-9_]*)?\.[0-9_]*(?:[eE][-+]?[0-9]+)?"
-        r"|[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+"
+        r"^(?:[-+]?(?:\.[0-9_]*[0-9][0-9_]*|[0-9][0-9_]*(?:\.[0-9_]*)?)(?:[eE][-+]?[0-9]+)?"
         r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
     ),
     list("-+0123456789."),
 )
+_TRUE = frozenset({"y", "yes", "true", "on"})
+_ManifestLoader.add_constructor(_INT_TAG, _go_int)
+
+
+def _go_bool(loader: _ManifestLoader, node: yaml.ScalarNode) -> bool:
+    return str(loader.construct_scalar(node)).lower() in _TRUE
+
+
+_ManifestLoader.add_constructor(_BOOL_TAG, _go_bool)
 
 
 def load(text: str) -> Any:

@@ -328,8 +328,24 @@ def check_documents(
     unparsed: dict[ComponentKey, frozenset[str]] = {}
     where: dict[ComponentKey, tuple[str, str]] = {}  # (source, subject)
     seen = 0
-    for lws in _candidates(documents, findings):
+    candidates = _candidates(documents, findings)
+    # An object given twice (two files, or a copy-paste that kept a name): `kubectl apply`
+    # leaves the last one, so that one is checked, and each earlier one is a finding.
+    last = {c.key: c for c in candidates}
+    for lws in candidates:
         source, key, subject = lws.source, lws.key, lws.subject
+        if last[key] is not lws:
+            later = last[key]
+            findings.append(
+                Finding(
+                    source,
+                    subject,
+                    "metadata.name",
+                    f"defined again in {later.source} ({later.subject}); the later one "
+                    "replaces this one when applied, and only it is checked",
+                )
+            )
+            continue
         annotations = lws.metadata.get("annotations") or {}
         if not isinstance(annotations, Mapping):
             findings.append(Finding(source, subject, "metadata.annotations", "must be a mapping"))
@@ -348,20 +364,6 @@ def check_documents(
                         'policy annotations present but the LWS is not opted in (set "true")',
                     )
                 )
-            continue
-        if key in where:
-            # two files (or two documents) define one object: `kubectl apply` leaves the last
-            # one, and checking both would count and report it twice
-            first_source, first_subject = where[key]
-            findings.append(
-                Finding(
-                    source,
-                    subject,
-                    "metadata.name",
-                    f"defined twice: also in {first_source} ({first_subject}); the later "
-                    "one replaces the other when applied, and only the first is checked",
-                )
-            )
             continue
         seen += 1
         where[key] = (source, subject)
@@ -451,8 +453,8 @@ def _read(paths: Iterable[str]) -> tuple[list[tuple[str, Mapping[str, Any]]], li
             )
         except yaml.YAMLError as err:
             errors.append(Finding(name, "-", "file", f"not valid YAML: {_yaml_problem(err)}"))
-        except ValueError as err:  # JSON (json.JSONDecodeError is one)
-            errors.append(Finding(name, "-", "file", f"not valid JSON: {err}"))
+        except ValueError as err:  # a key given twice in JSON, a scalar no type takes
+            errors.append(Finding(name, "-", "file", f"cannot read: {err}"))
         except RecursionError:
             errors.append(Finding(name, "-", "file", "nested too deeply to read"))
     return documents, errors
@@ -463,17 +465,25 @@ def _a(noun: str) -> str:
 
 
 def _documents(text: str) -> Iterator[Any]:
-    """The documents of a manifest file: JSON objects one after another (as `kubectl` reads
-    them; tabs and all), or YAML documents with scalars typed as Kubernetes types them."""
+    """The documents of a manifest file, as `kubectl` reads them: JSON objects one after
+    another (tabs and all), or else YAML documents with scalars typed as Kubernetes types
+    them (text that starts with `{` but is not JSON: a flow mapping, or JSON followed by
+    YAML documents, as kubectl 1.33 and later read it)."""
     start = len(text) - len(text.lstrip("\ufeff \t\r\n"))
-    if text[start : start + 1] not in ("{", "["):
-        yield from strict_yaml.load_all_manifests(text)
-        return
-    decoder = json.JSONDecoder(object_pairs_hook=_refuse_duplicate_keys)
-    while start < len(text):
-        doc, end = decoder.raw_decode(text, start)
-        yield doc
-        start = _SPACE.match(text, end).end()  # type: ignore[union-attr]  # \s* always matches
+    if text[start : start + 1] in ("{", "["):
+        decoder = json.JSONDecoder(object_pairs_hook=_refuse_duplicate_keys)
+        found = []
+        try:
+            while start < len(text):
+                doc, end = decoder.raw_decode(text, start)
+                found.append(doc)
+                start = _SPACE.match(text, end).end()  # type: ignore[union-attr]  # \s* matches
+        except json.JSONDecodeError:
+            pass  # read as YAML, below
+        else:
+            yield from found
+            return
+    yield from strict_yaml.load_all_manifests(text)
 
 
 _SPACE = re.compile(r"\s*")

@@ -680,20 +680,26 @@ def test_a_trailing_document_separator_is_no_finding(tmp_path, capsys):
     assert main(["check", str(path)]) == 0
 
 
-def test_an_lws_defined_twice_is_reported_once_and_checked_once(tmp_path, capsys):
-    """A copy-paste that left the prefill's name on the decode: the second replaced the
-    first and the check said `no prefill component found`; a file given twice printed every
-    finding twice."""
+def test_an_lws_defined_twice_is_reported_and_its_last_copy_checked(tmp_path, capsys):
+    """A file given twice printed every finding twice; a later copy (what `kubectl apply`
+    leaves) that parks the LWS passed as the opted-in first one."""
     prefill, decode = pd()
-    path = manifest(tmp_path, prefill, ("chat-prefill", decode[1]), decode)
+    path = manifest(tmp_path, prefill, decode, prefill)
     assert main(["check", str(path)]) == 1
     out = capsys.readouterr()
     assert out.out.splitlines() == [
-        f"{path}: serving/chat-prefill: metadata.name: defined twice: also in {path} "
-        "(serving/chat-prefill); the later one replaces the other when applied, and only the "
-        "first is checked"
+        f"{path}: serving/chat-prefill: metadata.name: defined again in {path} "
+        "(serving/chat-prefill); the later one replaces this one when applied, and only it "
+        "is checked"
     ]
     assert "2 opted-in" in out.err
+
+    parked = ("chat-prefill", {**prefill[1], PREFIX + "enabled": "false"})
+    path = manifest(tmp_path, prefill, decode, parked)
+    assert main(["check", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "serving/chat-prefill: metadata.name: defined again" in out
+    assert "serving/chat-decode: gang-autoscaler.io/deployment: no prefill component" in out
 
 
 def test_a_disaggregated_set_with_its_live_lws_is_checked_through_the_lws(tmp_path, capsys):
@@ -765,7 +771,7 @@ def test_json_manifests_are_read_as_kubectl_reads_them(tmp_path, capsys):
     assert "ok: 2 opted-in" in capsys.readouterr().err
     path.write_text('{"kind": "LeaderWorkerSet", "kind": "Deployment"}')
     assert main(["check", str(path)]) == 1
-    assert "not valid JSON: found key 'kind' twice" in capsys.readouterr().out
+    assert "cannot read: found key 'kind' twice" in capsys.readouterr().out
 
 
 def test_check_reads_stdin_given_as_a_dash(tmp_path):
@@ -820,3 +826,47 @@ def test_policy_annotations_on_a_disaggregated_set_roles_pod_template(tmp_path, 
     out = capsys.readouterr().out
     where = f"spec.roles[1].spec.leaderWorkerTemplate.{part}.metadata.annotations"
     assert f"{where}.{PREFIX}enabled: not read on a pod template: put it in the role's" in out
+
+
+@pytest.mark.parametrize(
+    ("value", "refused"),
+    [
+        pytest.param("08", True, id="08-is-a-float-to-go-yaml"),
+        pytest.param("y", True, id="y-is-a-boolean-to-go-yaml"),
+        pytest.param("0o17", True, id="0o17-is-an-integer-to-go-yaml"),
+        pytest.param("2024-01-01", False, id="a-date-is-text-to-go-yaml"),
+        pytest.param(".", False, id="a-dot-is-text"),
+    ],
+)
+def test_unquoted_values_are_refused_as_kubectl_refuses_them(tmp_path, capsys, value, refused):
+    path = manifest(tmp_path, ("a", {}))
+    path.write_text(
+        path.read_text().replace(
+            '"gang-autoscaler.io/enabled": "true"',
+            f'"gang-autoscaler.io/enabled": "true", "gang-autoscaler.io/deployment": {value}',
+        )
+    )
+    main(["check", str(path)])
+    out = capsys.readouterr().out
+    assert ("annotation values must be strings" in out) is refused, out
+
+
+def test_a_plain_dot_elsewhere_does_not_stop_the_file_being_read(tmp_path, capsys):
+    """`workingDir: .` was read as a float and failed the whole file ("not valid JSON")."""
+    path = manifest(tmp_path, *pd())
+    path.write_text(
+        path.read_text().replace("image: vllm/vllm-openai", "image: x\n            workingDir: .")
+    )
+    assert main(["check", str(path)]) == 0, capsys.readouterr().out
+
+
+def test_yaml_that_starts_with_a_brace_is_read_as_yaml(tmp_path, capsys):
+    """kubectl (1.33 and later) reads a flow mapping, and JSON followed by YAML documents;
+    both were refused as bad JSON."""
+    prefill, decode = pd()
+    docs = list(yaml.safe_load_all(manifest(tmp_path, prefill, decode).read_text()))
+    path = tmp_path / "mixed.yaml"
+    path.write_text(json.dumps(docs[0]) + "\n---\n" + yaml.safe_dump(docs[1]))
+    assert main(["check", str(path)]) == 0, capsys.readouterr().out
+    path.write_text("{kind: ConfigMap, apiVersion: v1, metadata: {name: x}}\n")
+    assert main(["check", str(path)]) == 0, capsys.readouterr().out
