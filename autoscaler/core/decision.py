@@ -406,8 +406,10 @@ def _couple(drafts: Mapping[ComponentKey, _Draft]) -> None:
             if gangs > allowed:
                 detail = f"{detail}; {allowed} of {gangs} this tick, {_rate_limit(d.policy)}"
                 gangs = allowed
-            if d.ceiling is not None and gangs > max(d.gangs, d.ceiling):
-                gangs = max(d.gangs, d.ceiling)
+            # (the deployment minimum, folded into a band's raise, still comes first)
+            ceiling = None if d.ceiling is None else max(d.ceiling, functional_minimum(d.policy))
+            if ceiling is not None and gangs > max(d.gangs, ceiling):
+                gangs = max(d.gangs, ceiling)
                 detail = f"{detail}; held at {gangs}: gangs rolled back are waited for"
         d.step("coupling", gangs, result.reason, detail)
 
@@ -536,12 +538,14 @@ def _keep_ready(d: _Draft) -> None:
 
 def _roll_back(
     d: _Draft, *, deployment_up: bool, pd: bool
-) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """Step 7: scale away timed-out gangs at the top of the LWS. Returns (rolled back, stuck)."""
+) -> tuple[tuple[int, ...], tuple[int, ...], int | None]:
+    """Step 7: scale away timed-out gangs at the top of the LWS. Returns (rolled back,
+    stuck, the count a roll-back cut to: None when this step removed nothing, e.g. when the
+    load took the count lower anyway)."""
     spec = d.obs.spec_gangs
     timed_out = d.ages.timed_out
     if not timed_out:
-        return (), ()
+        return (), (), None
     floor = d.policy.min_replicas
     if pd and deployment_up:
         floor = max(floor, functional_minimum(d.policy))
@@ -550,7 +554,9 @@ def _roll_back(
     # What goes starts at a timed-out gang: a floor that cuts into the run would otherwise
     # take only the gangs waiting for nodes above it, and ask for them again next tick.
     keep = min((i for i in timed_out if keep <= i < spec), default=spec)
+    cut = None
     if d.ages.top_timed_out and d.gangs > keep and keep < spec:
+        cut = keep
         removed = range(keep, spec)
         waiting = [i for i in removed if i not in timed_out]
         d.step(
@@ -568,7 +574,7 @@ def _roll_back(
         )
     rolled = tuple(i for i in timed_out if i >= d.gangs)
     stuck = tuple(i for i in timed_out if i < d.gangs)
-    return rolled, stuck
+    return rolled, stuck, cut
 
 
 def plan(
@@ -643,13 +649,13 @@ def plan(
         pd = len(members_drafts) > 1
         deployment_up = any(d.gangs > 0 for d in members_drafts.values())
         for key, d in members_drafts.items():
-            rolled, stuck = _roll_back(d, deployment_up=deployment_up, pd=pd)
+            rolled, stuck, cut = _roll_back(d, deployment_up=deployment_up, pd=pd)
             retry_wait_s = None
-            if rolled:
+            if cut is not None:
                 roll_back = next_roll_back(
                     d.memory.roll_back,
                     now=now,
-                    kept_gangs=min(rolled),
+                    kept_gangs=cut,
                     gang_timeout_s=d.policy.gang_timeout_s,
                     template=d.obs.template,
                 )

@@ -1079,9 +1079,10 @@ def test_the_wait_is_read_from_the_gang_timeout_of_the_roll_back_and_ends_with_a
     assert result.desired_gangs == 3 and after.roll_back is None
 
 
-def test_a_roll_back_with_a_scale_down_remembers_where_it_cut():
+def test_a_timed_out_gang_the_load_takes_away_starts_no_streak():
     """Group 3 timed out while the load fell to one gang: the streak remembered the final
-    count, 1, and held the next surge at 1 though groups 1 and 2 were sound."""
+    count, 1, and held the next surge at 1 though groups 1 and 2 were sound (and a scale to
+    zero held the wake at 0). The load took the gang away, not a roll-back."""
     gangs = gangs_with((2, 2, None), (2, 2, None), (2, 2, None), (1, 0, NOW - 900))
     component = obs(ready=3, spec=4, waiting=0, kv=0.1, gangs=gangs)
     seen = ComponentMemory(not_ready_first_seen=(held(3, NOW - 900),))
@@ -1089,7 +1090,36 @@ def test_a_roll_back_with_a_scale_down_remembers_where_it_cut():
         component, policy(gang_timeout="10m", scale_down_window="0s"), memory=seen
     )
     assert result.desired_gangs == 1 and result.rolled_back_groups == (3,)
-    assert after.roll_back is not None and after.roll_back.kept_gangs == 3
+    assert after.roll_back is None
+
+
+def test_a_roll_back_wait_never_holds_a_component_below_the_deployment_minimum():
+    """Prefill waits for gangs rolled back; the deployment wakes and a 1:1 band raises both
+    sides: the wait held prefill at 0 while decode came up, and the deployment could not
+    serve."""
+    band = {
+        "deployment": "chat",
+        "prefill_decode_ratio": "1:1",
+        "min_replicas": 0,
+        "capacity_per_replica": 1000.0,
+    }
+    waiting = RollBack(NOW - 60, 0, 600.0, in_a_row=2, landed=True)
+    prefill_key, decode_key = ComponentKey("serving", "chat-p"), ComponentKey("serving", "chat-d")
+    the_plan, _ = plan(
+        observations(
+            obs("chat-p", ready=0, waiting=None, kv=None),
+            obs("chat-d", ready=0, waiting=None, kv=None),
+        ),
+        {
+            prefill_key: policy(component="prefill", **band),
+            decode_key: policy(component="decode", **band),
+        },
+        {prefill_key: forecast(5000.0), decode_key: forecast(5000.0)},
+        Memory(components={prefill_key: ComponentMemory(roll_back=waiting)}),
+        now=NOW,
+    )
+    assert the_plan.components[decode_key].desired_gangs >= 1
+    assert the_plan.components[prefill_key].desired_gangs >= 1
 
 
 def test_a_roll_back_stamped_ahead_of_the_clock_waits_from_now():
