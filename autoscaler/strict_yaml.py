@@ -60,6 +60,7 @@ _INT_TAG = "tag:yaml.org,2002:int"
 _FLOAT_TAG = "tag:yaml.org,2002:float"
 _BOOL_TAG = "tag:yaml.org,2002:bool"
 _TIMESTAMP_TAG = "tag:yaml.org,2002:timestamp"
+_VALUE_TAG = "tag:yaml.org,2002:value"  # YAML 1.1's `=`, which no constructor takes
 
 
 class _ManifestLoader(_StrictLoader):
@@ -81,12 +82,12 @@ def _go_int(loader: _ManifestLoader, node: yaml.ScalarNode) -> int:
     return sign * int(digits, 0)
 
 
-# its own copy, without YAML 1.1's int, float, bool and timestamp
+# its own copy, without YAML 1.1's int, float, bool, timestamp and value
 _ManifestLoader.yaml_implicit_resolvers = {
     first: [
         (tag, regexp)
         for tag, regexp in resolvers
-        if tag not in (_INT_TAG, _FLOAT_TAG, _BOOL_TAG, _TIMESTAMP_TAG)
+        if tag not in (_INT_TAG, _FLOAT_TAG, _BOOL_TAG, _TIMESTAMP_TAG, _VALUE_TAG)
     ]
     for first, resolvers in _StrictLoader.yaml_implicit_resolvers.items()
 }

@@ -23,7 +23,7 @@ import argparse
 import json
 import re
 import sys
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -307,6 +307,58 @@ def _misplaced(documents: Iterable[tuple[str, Mapping[str, Any]]]) -> list[Findi
     return found
 
 
+def _last_copies(
+    documents: Iterable[tuple[str, Mapping[str, Any]]],
+) -> tuple[list[tuple[str, Mapping[str, Any]]], list[Finding]]:
+    """Each object once: its last copy, the one `kubectl apply` leaves (two files, or a
+    copy-paste that kept a name). An earlier copy that carries gang-autoscaler annotations
+    is a finding; one that does not is dropped without a word."""
+    docs = list(documents)
+    last = {_identity(doc, i): i for i, (_, doc) in enumerate(docs)}
+    kept: list[tuple[str, Mapping[str, Any]]] = []
+    findings: list[Finding] = []
+    for i, (source, doc) in enumerate(docs):
+        identity = _identity(doc, i)
+        if last[identity] == i:
+            kept.append((source, doc))
+            continue
+        if _annotated(doc):
+            later = docs[last[identity]][0]
+            findings.append(
+                Finding(
+                    source,
+                    f"{identity[2]}/{identity[3]}",
+                    "metadata.name",
+                    f"defined again in {later}; the later one replaces this one when "
+                    "applied, and only it is checked",
+                )
+            )
+    return kept, findings
+
+
+def _identity(doc: Mapping[str, Any], index: int) -> tuple[object, ...]:
+    """(kind, API group, namespace, name); an object without a name is its own."""
+    metadata = _mapping(doc.get("metadata"))
+    name = metadata.get("name")
+    if not name:
+        return ("unnamed", index, "", "")
+    group = str(doc.get("apiVersion", "")).rpartition("/")[0]
+    return (doc.get("kind"), group, str(metadata.get("namespace") or "default"), str(name))
+
+
+def _annotated(doc: Mapping[str, Any]) -> bool:
+    """Whether the object, or a role of it, carries an annotation under the prefix."""
+    roles = _mapping(doc.get("spec")).get("roles")
+    metas = [doc.get("metadata")] + [
+        _mapping(r).get("metadata") for r in (roles if isinstance(roles, list) else ())
+    ]
+    return any(
+        str(key).startswith(PREFIX)
+        for meta in metas
+        for key in _mapping(_mapping(meta).get("annotations"))
+    )
+
+
 def check_documents(
     documents: Iterable[tuple[str, Mapping[str, Any]]],
     *,
@@ -321,12 +373,13 @@ def check_documents(
     defaults = dict(
         BufferDefaults().annotations() if default_annotations is None else default_annotations
     )
-    documents = list(documents)
+    documents, replaced = _last_copies(documents)
     autoscalers = _other_autoscalers(documents)
     findings: list[Finding] = _misplaced(documents)
     policies: dict[ComponentKey, Policy] = {}
     unparsed: dict[ComponentKey, frozenset[str]] = {}
     where: dict[ComponentKey, tuple[str, str]] = {}  # (source, subject)
+    findings.extend(replaced)
     seen = 0
     candidates = _candidates(documents, findings)
     # An object given twice (two files, or a copy-paste that kept a name): `kubectl apply`
@@ -453,6 +506,8 @@ def _read(paths: Iterable[str]) -> tuple[list[tuple[str, Mapping[str, Any]]], li
             )
         except yaml.YAMLError as err:
             errors.append(Finding(name, "-", "file", f"not valid YAML: {_yaml_problem(err)}"))
+        except json.JSONDecodeError as err:
+            errors.append(Finding(name, "-", "file", f"not valid JSON: {err}"))
         except ValueError as err:  # a key given twice in JSON, a scalar no type takes
             errors.append(Finding(name, "-", "file", f"cannot read: {err}"))
         except RecursionError:
@@ -464,26 +519,30 @@ def _a(noun: str) -> str:
     return f"{'an' if noun[:1] in 'aeiou' else 'a'} {noun}"
 
 
-def _documents(text: str) -> Iterator[Any]:
+def _documents(text: str) -> list[Any]:
     """The documents of a manifest file, as `kubectl` reads them: JSON objects one after
     another (tabs and all), or else YAML documents with scalars typed as Kubernetes types
-    them (text that starts with `{` but is not JSON: a flow mapping, or JSON followed by
-    YAML documents, as kubectl 1.33 and later read it)."""
+    them. Text that starts with `{` but is not JSON (a flow mapping, or one JSON object
+    followed by YAML documents) is read on as YAML from where JSON stopped, as kubectl 1.33
+    and later read it; past a second JSON object, a JSON error is one."""
     start = len(text) - len(text.lstrip("\ufeff \t\r\n"))
-    if text[start : start + 1] in ("{", "["):
-        decoder = json.JSONDecoder(object_pairs_hook=_refuse_duplicate_keys)
-        found = []
+    if text[start : start + 1] not in ("{", "["):
+        return list(strict_yaml.load_all_manifests(text))
+    decoder = json.JSONDecoder(object_pairs_hook=_refuse_duplicate_keys)
+    found: list[Any] = []
+    while start < len(text):
         try:
-            while start < len(text):
-                doc, end = decoder.raw_decode(text, start)
-                found.append(doc)
-                start = _SPACE.match(text, end).end()  # type: ignore[union-attr]  # \s* matches
-        except json.JSONDecodeError:
-            pass  # read as YAML, below
-        else:
-            yield from found
-            return
-    yield from strict_yaml.load_all_manifests(text)
+            doc, end = decoder.raw_decode(text, start)
+        except json.JSONDecodeError as err:
+            if len(found) > 1:
+                raise
+            try:
+                return [*found, *strict_yaml.load_all_manifests(text[start:])]
+            except yaml.YAMLError:
+                raise err from None  # neither: the JSON error says where it goes wrong
+        found.append(doc)
+        start = _SPACE.match(text, end).end()  # type: ignore[union-attr]  # \s* matches
+    return found
 
 
 _SPACE = re.compile(r"\s*")

@@ -688,9 +688,8 @@ def test_an_lws_defined_twice_is_reported_and_its_last_copy_checked(tmp_path, ca
     assert main(["check", str(path)]) == 1
     out = capsys.readouterr()
     assert out.out.splitlines() == [
-        f"{path}: serving/chat-prefill: metadata.name: defined again in {path} "
-        "(serving/chat-prefill); the later one replaces this one when applied, and only it "
-        "is checked"
+        f"{path}: serving/chat-prefill: metadata.name: defined again in {path}; the later "
+        "one replaces this one when applied, and only it is checked"
     ]
     assert "2 opted-in" in out.err
 
@@ -870,3 +869,42 @@ def test_yaml_that_starts_with_a_brace_is_read_as_yaml(tmp_path, capsys):
     assert main(["check", str(path)]) == 0, capsys.readouterr().out
     path.write_text("{kind: ConfigMap, apiVersion: v1, metadata: {name: x}}\n")
     assert main(["check", str(path)]) == 0, capsys.readouterr().out
+
+
+def test_objects_given_twice_without_our_annotations_are_taken_once_quietly(tmp_path, capsys):
+    """A file given twice: an LWS that is not opted in failed the check, and an HPA on an
+    opted-in LWS was reported once per copy."""
+    plain = manifest(tmp_path, ("a", {}))
+    plain.write_text(plain.read_text().replace('"gang-autoscaler.io/enabled": "true"', ""))
+    assert main(["check", str(plain), str(plain)]) == 0, capsys.readouterr().out
+    capsys.readouterr()
+    lws = manifest(tmp_path, ("a", {}))
+    hpa = tmp_path / "hpa.yaml"
+    hpa.write_text(
+        "apiVersion: autoscaling/v2\nkind: HorizontalPodAutoscaler\n"
+        "metadata: {name: a, namespace: serving}\nspec:\n  scaleTargetRef: "
+        "{apiVersion: leaderworkerset.x-k8s.io/v1, kind: LeaderWorkerSet, name: a}\n"
+    )
+    assert main(["check", str(lws), str(hpa), str(hpa)]) == 1
+    assert capsys.readouterr().out.count("also scales") == 1
+
+
+def test_an_equals_sign_value_is_text(tmp_path, capsys):
+    """YAML 1.1's `=` had no constructor: `args: ["--sep", =]` failed the whole file."""
+    path = manifest(tmp_path, *pd())
+    path.write_text(
+        path.read_text().replace(
+            "image: vllm/vllm-openai", "image: x\n            args: [--sep, =]"
+        )
+    )
+    assert main(["check", str(path)]) == 0, capsys.readouterr().out
+
+
+def test_a_json_stream_with_a_bad_second_object_says_where(tmp_path, capsys):
+    prefill, decode = pd()
+    docs = list(yaml.safe_load_all(manifest(tmp_path, prefill, decode).read_text()))
+    path = tmp_path / "lws.json"
+    path.write_text(json.dumps(docs[0]) + "\n" + json.dumps(docs[1]).replace(",", "", 1))
+    assert main(["check", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith(f"{path}: not valid JSON: Expecting ',' delimiter: line 2"), out
