@@ -584,7 +584,7 @@ class Actuator:
                 # gangs waiting for nodes above a timed-out one go with it (LWS removes the
                 # highest groups): named, so that no group goes unexplained
                 waiting = sorted(
-                    set(range(plan.desired_gangs, plan.current_gangs))
+                    set(range(min(plan.rolled_back_groups), plan.current_gangs))
                     - set(plan.rolled_back_groups)
                 )
                 with_waiting = f", with groups {waiting} above them" if waiting else ""

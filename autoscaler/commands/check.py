@@ -526,7 +526,7 @@ def _documents(text: str) -> list[Any]:
     followed by YAML documents) is read on as YAML from where JSON stopped, as kubectl 1.33
     and later read it; past a second JSON object, a JSON error is one."""
     start = len(text) - len(text.lstrip("\ufeff \t\r\n"))
-    if text[start : start + 1] not in ("{", "["):
+    if text[start : start + 1] != "{":  # kubectl takes only `{` for JSON
         return list(strict_yaml.load_all_manifests(text))
     decoder = json.JSONDecoder(object_pairs_hook=_refuse_duplicate_keys)
     found: list[Any] = []
@@ -536,10 +536,12 @@ def _documents(text: str) -> list[Any]:
         except json.JSONDecodeError as err:
             if len(found) > 1:
                 raise
+            if not found:  # YAML from the start: its error says what is wrong
+                return list(strict_yaml.load_all_manifests(text))
             try:
                 return [*found, *strict_yaml.load_all_manifests(text[start:])]
             except yaml.YAMLError:
-                raise err from None  # neither: the JSON error says where it goes wrong
+                raise err from None  # JSON, then neither: where the JSON goes wrong
         found.append(doc)
         start = _SPACE.match(text, end).end()  # type: ignore[union-attr]  # \s* matches
     return found

@@ -344,6 +344,25 @@ async def test_a_roll_back_event_names_the_waiting_gangs_that_go_with_it(kube, a
     )
 
 
+async def test_a_roll_back_event_names_no_gang_below_the_one_rolled_back(kube, adapter):
+    """The load took decode 3 -> 1 while group 2 had timed out: the Event named the ready
+    groups below it as gangs "above them"."""
+    add_gpu_nodes(kube, 6)
+    add_pd(kube, decode=3)
+    await settle(adapter, kube)
+    rolled = component_plan(
+        DECODE, current=3, desired=1, reason=Reason.SCALE_DOWN_WAITING, rolled_back=(2,)
+    )
+    await adapter.apply(
+        GangPlan({DECODE: rolled}), adapter.snapshot(now_s=time.time()), dry_run=False
+    )
+    (event,) = events(kube, "PartialGangRolledBack")
+    assert event["message"] == (
+        "groups [2] stayed partially scheduled past gang-timeout and were scaled away "
+        "(3 -> 1 gangs)"
+    )
+
+
 async def test_a_roll_back_event_says_how_long_the_gangs_are_waited_for(kube, adapter):
     add_gpu_nodes(kube, 6)
     add_pd(kube, decode=2)

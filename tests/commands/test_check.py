@@ -908,3 +908,10 @@ def test_a_json_stream_with_a_bad_second_object_says_where(tmp_path, capsys):
     assert main(["check", str(path)]) == 1
     out = capsys.readouterr().out
     assert out.startswith(f"{path}: not valid JSON: Expecting ',' delimiter: line 2"), out
+
+
+def test_a_flow_mapping_with_a_key_given_twice_says_so(tmp_path, capsys):
+    path = tmp_path / "cm.yaml"
+    path.write_text("{apiVersion: v1, kind: ConfigMap, metadata: {name: x}, data: {a: 1, a: 2}}\n")
+    assert main(["check", str(path)]) == 1
+    assert "found key 'a' twice" in capsys.readouterr().out
