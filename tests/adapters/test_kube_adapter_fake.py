@@ -26,10 +26,17 @@ from autoscaler.adapters.kube_adapter import KubeAdapter
 from autoscaler.adapters.kube_cache import WatchCache
 from autoscaler.adapters.kube_errors import KubeAdapterError, NotLeader, status_message
 from autoscaler.adapters.kube_objects import LWS_GROUP, LWS_PLURAL, LWS_VERSION, PAUSE_IMAGE
+from autoscaler.adapters.kube_state import KubeState
 from autoscaler.adapters.lws_scaler import ScaleResult
 from autoscaler.core.decision import plan as core_plan
 from autoscaler.core.gang_plan import ComponentPlan, GangPlan, Memory, Reason
-from autoscaler.core.model import ComponentKey, Forecast, GangState, Signals
+from autoscaler.core.model import (
+    ComponentKey,
+    ComponentObservation,
+    Forecast,
+    GangState,
+    Signals,
+)
 from autoscaler.core.shape import pod_shape_from_spec
 from tests.adapters.kube_fixtures import vllm_lws
 from tests.harness.fake_kube.resources import ResourceType
@@ -251,6 +258,18 @@ async def test_dry_run_writes_nothing(kube, adapter):
     assert spec_replicas(kube, "llama-decode") == 1
 
 
+async def two_decode_gangs_on(
+    kube: FakeKube, adapter: KubeAdapter, *, nodes: int
+) -> tuple[KubeState, ComponentObservation]:
+    """A PD deployment with two decode gangs (a 1m gang-timeout) on `nodes` GPU nodes:
+    the snapshot and decode's observation once the caches have seen it."""
+    add_gpu_nodes(kube, nodes)
+    add_pd(kube, decode=2, extra={"gang-autoscaler.io/gang-timeout": "1m"})
+    await settle(adapter, kube)
+    state = adapter.snapshot(now_s=time.time())
+    return state, state.observations({}).components[DECODE]
+
+
 # Load that keeps two decode gangs busy (8 waiting requests, target 4 per gang over 1 ready
 # gang), so only the partial-gang rule can take decode down.
 TWO_DECODE_GANGS_BUSY = {
@@ -261,11 +280,7 @@ TWO_DECODE_GANGS_BUSY = {
 
 async def test_partial_decode_gang_is_scaled_away_after_its_timeout_with_an_event(kube, adapter):
     # 5 nodes: prefill takes 2, decode group 0 takes 2, decode group 1 gets one of its 2 pods.
-    add_gpu_nodes(kube, 5)
-    add_pd(kube, decode=2, extra={"gang-autoscaler.io/gang-timeout": "1m"})
-    await settle(adapter, kube)
-    state = adapter.snapshot(now_s=time.time())
-    decode = state.observations({}).components[DECODE]
+    state, decode = await two_decode_gangs_on(kube, adapter, nodes=5)
     assert [g.state for g in decode.gangs] == [GangState.READY, GangState.PARTIAL]
     since = decode.gangs[1].not_ready_since_s
     assert since is not None and abs(since - time.time()) < 120
@@ -296,12 +311,8 @@ async def test_a_decode_gang_waiting_for_nodes_is_kept_past_its_timeout_with_an_
 ):
     """4 nodes: prefill and decode group 0 take them all, decode group 1 has no pod placed.
     It holds no GPU and the cluster can grow: it was scaled away at the timeout and asked
-    for again on the next tick, every timeout, so its nodes never came."""
-    add_gpu_nodes(kube, 4)
-    add_pd(kube, decode=2, extra={"gang-autoscaler.io/gang-timeout": "1m"})
-    await settle(adapter, kube)
-    state = adapter.snapshot(now_s=time.time())
-    decode = state.observations({}).components[DECODE]
+    for again on the next tick, every timeout, churning the LWS and the node orders."""
+    state, decode = await two_decode_gangs_on(kube, adapter, nodes=4)
     assert [g.state for g in decode.gangs] == [GangState.READY, GangState.PENDING]
 
     observations = state.observations(TWO_DECODE_GANGS_BUSY)
