@@ -418,27 +418,21 @@ class Actuator:
             (
                 plan.stuck_groups,
                 "PartialGangStuck",
-                _with_cautions(
-                    f"groups {list(plan.stuck_groups)} stay partially scheduled past "
-                    "gang-timeout; they are below the desired count and are kept",
-                    found.policy,
-                ),
+                "stay partially scheduled past gang-timeout; they are below the desired count "
+                "and are kept",
             ),
             (
                 plan.unplaced_groups,
                 "GangUnplaced",
-                _with_cautions(
-                    f"groups {list(plan.unplaced_groups)} have had no pod placed for longer "
-                    "than gang-timeout; they hold no GPU and are kept while the cluster can "
-                    "grow: check that the node autoscaler can add nodes of this shape, and the "
-                    "pods' events (a ResourceQuota or a webhook refusing them, or earlier pods "
-                    "still terminating)",
-                    found.policy,
-                ),
+                "have had no pod placed for longer than gang-timeout; they hold no GPU and are "
+                "kept while the cluster can grow: check that the node autoscaler can add nodes "
+                "of this shape, and the pods' events (a ResourceQuota or a webhook refusing "
+                "them, or earlier pods still terminating)",
             ),
         )
-        for groups, reason, message in kept_groups:
+        for groups, reason, what in kept_groups:
             if groups and not dry:
+                message = _with_cautions(f"groups {list(groups)} {what}", found.policy)
                 await self._event(ref, notes, type_=WARNING, reason=reason, message=message)
 
         # A refused write (RBAC, a webhook, the API down) is an error like a balloon's: the
